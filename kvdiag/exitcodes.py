@@ -1,0 +1,33 @@
+"""Documented exit codes, distinct per verdict class so CI and `git bisect run` can use them.
+
+Verdict runs exit with the code of their verdict. Codes >= 64 are never verdicts.
+`kvdiag bisect` maps verdicts onto git's own convention (0 good, 1 bad, 125 skip)
+itself; these codes are for every other command.
+"""
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0                  # not-reproduced, or a command that is not a verdict succeeded
+    CONFIRMED = 1           # the defect's signature matched in this run
+    NOT_APPLICABLE = 2      # the build cannot have the defect
+    SKIPPED = 3             # a requirement is missing (binary, GPU, sanitizer, model)
+    INCONCLUSIVE = 4        # a different failure, a timeout, or an unproven detector
+    USAGE = 64              # bad command line or unknown id
+    DATA = 65               # a registry file or input log is malformed
+    HARNESS = 70            # kvdiag itself failed
+    INTERRUPTED = 130       # Ctrl-C; the partial run is still recorded
+
+
+EXIT_CODE_TABLE = [
+    (ExitCode.OK, "not-reproduced, or success of a non-verdict command"),
+    (ExitCode.CONFIRMED, "confirmed: the signature matched"),
+    (ExitCode.NOT_APPLICABLE, "not-applicable"),
+    (ExitCode.SKIPPED, "skipped: a requirement is missing"),
+    (ExitCode.INCONCLUSIVE, "inconclusive: another failure, a timeout, or a detector control not passed"),
+    (ExitCode.USAGE, "usage error (bad option, unknown defect id)"),
+    (ExitCode.DATA, "malformed registry entry or input file"),
+    (ExitCode.HARNESS, "kvdiag itself failed (the run directory keeps what it could)"),
+    (ExitCode.INTERRUPTED, "interrupted by Ctrl-C (the partial run is recorded)"),
+]
