@@ -1,0 +1,1 @@
+"""From an entry and a build to a verdict: planning, executing, judging."""

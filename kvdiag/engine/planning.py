@@ -1,0 +1,123 @@
+"""Turning a step's argv templates into real argv lists.
+
+Every argument is its own template and renders to exactly one argv element, so
+nothing is ever re-split or passed through a shell: a params regex full of
+brackets and backslashes reaches the program byte for byte. Undefined variables
+raise (StrictUndefined) instead of rendering as ''.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import jinja2
+
+from kvdiag.errors import UsageError
+from kvdiag.registry.entry import Entry, Step
+
+_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+
+
+class TemplateProblem(UsageError):
+    """A step cannot be rendered against this build (a missing binary, variable or env)."""
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """The rendered commands of one step, before any sanitizer is put in front."""
+
+    step: Step
+    commands: tuple[tuple[str, ...], ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def shell_lines(self) -> list[str]:
+        """For display only: each command as a copy-pasteable shell line."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return [(env + " " if env else "") + shlex.join(cmd) for cmd in self.commands]
+
+
+def template_context(
+    entry: Entry,
+    step: Step,
+    *,
+    binaries: Mapping[str, Path],
+    build_dir: Path | None,
+    source_dir: Path | None,
+    scratch: Path,
+    backend: str = "CUDA0",
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Everything a template may read: schema.TEMPLATE_GLOBALS plus the step's vars."""
+    environ = os.environ if environ is None else environ
+    wanted_env = entry.requires.get("env", ())
+    context: dict[str, Any] = {
+        "bin": {name: str(path) for name, path in binaries.items()},
+        "build_dir": str(build_dir) if build_dir else None,
+        "source_dir": str(source_dir) if source_dir else None,
+        "backend": backend,
+        "scratch": str(scratch),
+        "env": {name: environ[name] for name in wanted_env if name in environ},
+        "model": environ.get("LLAMA_KV_MODEL"),
+        "seed": 1234,
+    }
+    context.update(step.vars)
+    context.update(overrides or {})
+    return context
+
+
+def render_step(step: Step, context: Mapping[str, Any]) -> PlannedStep:
+    """Render every argument of every command of the step."""
+    try:
+        commands = tuple(tuple(_render(arg, context) for arg in cmd) for cmd in step.command_templates)
+        env = {k: _render(v, context) for k, v in step.env.items()}
+    except jinja2.UndefinedError as exc:
+        raise TemplateProblem(f"step {step.name!r}: {exc.message}") from None
+    return PlannedStep(step=step, commands=commands, env=env)
+
+
+def _render(template: str, context: Mapping[str, Any]) -> str:
+    return _JINJA.from_string(template).render(**context)
+
+
+def escape_params(params: str) -> str:
+    """A case's exact parameter string as a regex for `test-backend-ops -p` (std::regex ECMAScript)."""
+    special = set(r"\^$.|?*+()[]{}")
+    return "".join("\\" + ch if ch in special else ch for ch in params)
+
+
+def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
+    """What `kvdiag show ID --build DIR` prints: each step's argv against that build."""
+    from kvdiag.engine.wrapping import wrap_with_sanitizer
+    from kvdiag.target.build import inspect_build
+
+    with tempfile.TemporaryDirectory(prefix="kvdiag-show-") as tmp:
+        build = inspect_build(build_dir, log_dir=Path(tmp), check_staleness=False)
+    out = []
+    for step in entry.steps:
+        item: dict[str, Any] = {"step": step.name, "problem": None, "argv": None, "shell": None}
+        missing = [b for b in entry.requires.get("binaries", ()) if not build.has_binary(b)]
+        if missing and step.kind != "build-check":
+            item["problem"] = f"the build has no {', '.join(missing)}"
+        elif step.kind == "build-check":
+            item["shell"] = f"(staleness dry run of {build_dir})"
+        else:
+            try:
+                ctx = template_context(entry, step, binaries=build.binaries, build_dir=build.build_dir,
+                                       source_dir=build.source_dir, scratch=Path("<run-dir>/scratch"))
+                planned = render_step(step, ctx)
+            except TemplateProblem as exc:
+                item["problem"] = str(exc)
+            else:
+                commands = [wrap_with_sanitizer(step, cmd, Path("<run-dir>/sanitizer.log"), sanitizer=None)
+                            for cmd in planned.commands]
+                item["argv"] = [list(c) for c in commands]
+                env = " ".join(f"{k}={shlex.quote(v)}" for k, v in planned.env.items())
+                item["shell"] = "\n    ".join((env + " " if env else "") + shlex.join(c) for c in commands)
+        out.append(item)
+    return {"build_dir": str(build_dir), "commands": out}

@@ -1,0 +1,1 @@
+"""The defect registry: schema, loading, linting, export."""

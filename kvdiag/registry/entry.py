@@ -1,0 +1,132 @@
+"""Registry entries as frozen values: what the engine and the formatters read.
+
+The linter works on the raw TOML (so it can report every problem); these types
+are built only from entries that passed it, so their fields can be trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """One table of the signature: all of an entry's matchers must match in one run."""
+
+    type: str
+    fields: Mapping[str, Any]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.fields.get(key, default)
+
+    def describe(self) -> str:
+        parts = [f"{k}={v!r}" for k, v in self.fields.items() if k != "type"]
+        return f"{self.type}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One repro step: what to run, under which sanitizer, and how to tell it ran."""
+
+    name: str
+    kind: str
+    description: str
+    timeout: int
+    argv: tuple[str, ...] = ()
+    commands: tuple[tuple[str, ...], ...] = ()
+    default: bool = False
+    runs: int = 1
+    expected_seconds: float | None = None
+    tty: bool = True
+    env: Mapping[str, str] = field(default_factory=dict)
+    sanitizer: str | None = None
+    sanitizer_options: tuple[str, ...] = ()
+    kernel_filter: str | None = None
+    print_limit: int | None = None
+    min_cases: int = 1
+    expect: str | None = None
+    evidence: tuple[str, ...] = ()
+    vars: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def command_templates(self) -> tuple[tuple[str, ...], ...]:
+        """Every command of the step, in order (a single ``argv`` is one command)."""
+        return self.commands if self.commands else ((self.argv,) if self.argv else ())
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A defect of the registry."""
+
+    id: str
+    title: str
+    summary: str
+    owner: str
+    status: str
+    severity: str
+    reported: str
+    modified: str
+    path: Path
+    body: str
+    raw: Mapping[str, Any]
+    aliases: tuple[str, ...] = ()
+    related: tuple[str, ...] = ()
+    source: str | None = None
+    references: tuple[Mapping[str, str], ...] = ()
+    location: Mapping[str, Any] = field(default_factory=dict)
+    affected: tuple[Mapping[str, str], ...] = ()
+    applies: Mapping[str, Any] = field(default_factory=dict)
+    requires: Mapping[str, Any] = field(default_factory=dict)
+    steps: tuple[Step, ...] = ()
+    signature: tuple[Matcher, ...] = ()
+    scan: Mapping[str, Any] | None = None
+    drift: Mapping[str, Any] | None = None
+    probes: tuple[Mapping[str, str], ...] = ()
+
+    @property
+    def number(self) -> int:
+        return int(self.id[1:]) if self.id[1:].isdigit() else 10**6
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """Sanitizer tools any step uses, for `kvdiag list`."""
+        seen: list[str] = []
+        for step in self.steps:
+            if step.sanitizer and step.sanitizer not in seen:
+                seen.append(step.sanitizer)
+        return tuple(seen)
+
+    @property
+    def default_step(self) -> Step:
+        for step in self.steps:
+            if step.default:
+                return step
+        return self.steps[0]
+
+    def step(self, name: str) -> Step | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+    def needs(self) -> tuple[str, ...]:
+        """A short list of what running it needs, for `kvdiag list`."""
+        out: list[str] = list(self.requires.get("binaries", ()))
+        if self.requires.get("gpu"):
+            out.append("GPU")
+        if self.requires.get("sanitizer"):
+            out.append("compute-sanitizer")
+        out += [f"${name}" for name in self.requires.get("env", ())]
+        return tuple(out)
+
+    def section(self, heading: str) -> str:
+        """The text under a Markdown ``## heading`` of the body ('' when absent)."""
+        lines = self.body.splitlines()
+        out: list[str] = []
+        inside = False
+        for line in lines:
+            if line.startswith("## "):
+                inside = line[3:].strip().lower() == heading.lower()
+                continue
+            if inside:
+                out.append(line)
+        return "\n".join(out).strip()

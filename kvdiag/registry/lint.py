@@ -1,0 +1,232 @@
+"""The registry linter: every problem of every file, reported at once.
+
+Works on the raw TOML, section by section against `schema.SECTIONS`, then checks
+what the schema alone cannot say: regexes compile, templates use only known
+variables, referenced steps and probe files exist, ids are unique and match
+their file names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import jinja2
+from jinja2 import meta
+
+from kvdiag.registry import schema
+from kvdiag.registry.loader import PROJECT_ROOT, Problem, RawEntry
+
+ID_PATTERN = re.compile(r"^D[1-9][0-9]*$")
+
+# Which signature keys belong to which matcher type.
+MATCHER_KEYS = {
+    "sanitizer": {"tool", "kind", "site", "kernel", "min_count"},
+    "abort": {"kind", "message", "backtrace"},
+    "case": {"params", "status", "metric", "min_value", "min_count"},
+    "output": {"pattern", "stream"},
+    "exit": {"signal", "code"},
+    "stale": set(),
+}
+COMMON_MATCHER_KEYS = {"type", "step"}
+
+_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+
+
+def lint_raw(raw: RawEntry) -> list[Problem]:
+    """Every schema and consistency problem of one file."""
+    name = raw.path.name
+    problems: list[Problem] = []
+    add = lambda key, msg: problems.append(Problem(name, key, msg))  # noqa: E731
+    for section in raw.data:
+        if section not in schema.SECTIONS:
+            add(section, f"unknown section (known: {', '.join(schema.SECTIONS)})")
+    for section_name, section in schema.SECTIONS.items():
+        value = raw.data.get(section_name)
+        if value is None:
+            if section.required:
+                add(section_name, "required section is missing")
+            continue
+        tables = value if section.many else [value]
+        if section.many and not isinstance(value, list):
+            add(section_name, f"must be an array of tables ([[{section_name}]])")
+            continue
+        if not section.many and not isinstance(value, dict):
+            add(section_name, f"must be a table ([{section_name}])")
+            continue
+        for i, table in enumerate(tables):
+            where = f"{section_name}[{i}]" if section.many else section_name
+            if not isinstance(table, dict):
+                add(where, "must be a table")
+                continue
+            _lint_table(table, section, where, add)
+    if not problems:
+        _lint_consistency(raw, add)
+    return problems
+
+
+def _lint_table(table: dict[str, Any], section: schema.Section, where: str, add) -> None:
+    for key in table:
+        if key not in section.keys:
+            add(f"{where}.{key}", f"invalid key (known: {', '.join(section.keys)})")
+    for key, spec in section.keys.items():
+        if key not in table:
+            if spec.required:
+                add(f"{where}.{key}", "required key is missing")
+            continue
+        message = _check_value(table[key], spec)
+        if message:
+            add(f"{where}.{key}", message)
+
+
+def _check_value(value: Any, spec: schema.Key) -> str | None:
+    kind = spec.type
+    if kind == "str":
+        if not isinstance(value, str):
+            return "must be a string"
+        if spec.enum and value not in spec.enum:
+            return f"{value!r} is not one of {', '.join(spec.enum)}"
+    elif kind == "int":
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return "must be a non-negative integer"
+    elif kind == "float":
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return "must be a number"
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            return "must be true or false"
+    elif kind == "date":
+        if isinstance(value, dt.date):
+            return None
+        try:
+            dt.date.fromisoformat(str(value))
+        except ValueError:
+            return "must be a date, YYYY-MM-DD"
+    elif kind == "list[str]":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return "must be an array of strings"
+        bad = [v for v in value if spec.enum and v not in spec.enum]
+        if bad:
+            return f"{', '.join(map(repr, bad))} not in {', '.join(spec.enum)}"
+    elif kind == "regex":
+        return _check_regex(value)
+    elif kind == "argv":
+        return _check_argv(value)
+    elif kind == "argv-list":
+        if not isinstance(value, list) or not value:
+            return "must be a non-empty array of argv arrays"
+        for argv in value:
+            msg = _check_argv(argv)
+            if msg:
+                return msg
+    elif kind == "table":
+        if not isinstance(value, dict):
+            return "must be a table"
+    return None
+
+
+def _check_regex(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return "must be a string (a regular expression)"
+    try:
+        re.compile(value)
+    except re.error as exc:
+        return f"malformed regex: {exc}"
+    return None
+
+
+def _check_argv(value: Any) -> str | None:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        return "must be a non-empty array of strings (one argument each; no shell strings)"
+    return None
+
+
+def template_variables(template: str) -> set[str]:
+    """Undeclared top-level names a jinja2 template reads; raises on syntax errors."""
+    return meta.find_undeclared_variables(_JINJA.parse(template))
+
+
+def _lint_consistency(raw: RawEntry, add) -> None:
+    data = raw.data
+    defect = data["defect"]
+    if not ID_PATTERN.match(defect["id"]):
+        add("defect.id", f"{defect['id']!r} is not of the form D<number>")
+    elif raw.path.stem != defect["id"]:
+        add("defect.id", f"{defect['id']!r} does not match the file name {raw.path.name}")
+    steps = data.get("repro", [])
+    step_names = [s["name"] for s in steps]
+    for dup in {n for n in step_names if step_names.count(n) > 1}:
+        add("repro", f"step name {dup!r} is used twice")
+    binaries = set(data.get("requires", {}).get("binaries", []))
+    for i, step in enumerate(steps):
+        _lint_step(step, f"repro[{i}]", binaries, add)
+    for i, matcher in enumerate(data.get("signature", [])):
+        _lint_matcher(matcher, f"signature[{i}]", step_names, add)
+    scan = data.get("scan")
+    if scan and scan["step"] not in step_names:
+        add("scan.step", f"no repro step named {scan['step']!r}")
+    for i, probe in enumerate(data.get("probes", [])):
+        if not (PROJECT_ROOT / probe["file"]).is_file():
+            add(f"probes[{i}].file", f"dangling: {probe['file']} does not exist")
+    if not raw.body.strip():
+        add("(body)", "the Markdown body is empty: root cause, trigger, what is established")
+
+
+def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> None:
+    has_argv, has_commands = "argv" in step, "commands" in step
+    if step["kind"] in ("backend-ops", "command", "server") and has_argv == has_commands:
+        add(where, "needs exactly one of argv or commands")
+    if step["kind"] == "build-check" and (has_argv or has_commands):
+        add(where, "a build-check step runs no command of its own")
+    if step["kind"] != "backend-ops" and "min_cases" in step:
+        add(f"{where}.min_cases", "only backend-ops steps count cases")
+    if "sanitizer_options" in step and "sanitizer" not in step:
+        add(f"{where}.sanitizer_options", "given without a sanitizer")
+    known = set(schema.TEMPLATE_GLOBALS) | set(step.get("vars", {}))
+    templates = list(step.get("argv", [])) + [a for c in step.get("commands", []) for a in c]
+    templates += [v for v in step.get("env", {}).values() if isinstance(v, str)]
+    for template in templates:
+        try:
+            names = template_variables(template)
+        except jinja2.TemplateSyntaxError as exc:
+            add(f"{where}.argv", f"template {template!r} does not parse: {exc.message}")
+            continue
+        for undefined in sorted(names - known):
+            add(f"{where}.argv", f"template {template!r} uses undefined variable {undefined!r}")
+        for used in re.findall(r"bin\[['\"]([^'\"]+)['\"]\]", template):
+            if used not in binaries:
+                add(f"{where}.argv", f"uses bin[{used!r}] but requires.binaries does not list it")
+
+
+def _lint_matcher(matcher: dict[str, Any], where: str, step_names: list[str], add) -> None:
+    allowed = MATCHER_KEYS[matcher["type"]] | COMMON_MATCHER_KEYS
+    for key in matcher:
+        if key not in allowed:
+            add(f"{where}.{key}", f"not a key of a {matcher['type']!r} matcher")
+    if "step" in matcher and matcher["step"] not in step_names:
+        add(f"{where}.step", f"no repro step named {matcher['step']!r}")
+    if matcher["type"] == "sanitizer" and matcher.get("kind") and matcher["kind"] not in schema.FINDING_KINDS:
+        add(f"{where}.kind", f"{matcher['kind']!r} is not one of {', '.join(schema.FINDING_KINDS)}")
+    if matcher["type"] == "abort" and matcher.get("kind") and matcher["kind"] not in schema.ABORT_KINDS:
+        add(f"{where}.kind", f"{matcher['kind']!r} is not one of {', '.join(schema.ABORT_KINDS)}")
+    if matcher["type"] == "output" and "pattern" not in matcher:
+        add(where, "an output matcher needs a pattern")
+
+
+def lint_registry_wide(raws: Iterable[RawEntry]) -> list[Problem]:
+    """Problems that involve several files: duplicate ids, dangling related ids."""
+    problems: list[Problem] = []
+    seen: dict[str, Path] = {}
+    raws = list(raws)
+    for raw in raws:
+        entry_id = raw.data["defect"]["id"]
+        if entry_id in seen:
+            problems.append(Problem(raw.path.name, "defect.id", f"duplicate id {entry_id!r} (also {seen[entry_id].name})"))
+        seen.setdefault(entry_id, raw.path)
+    for raw in raws:
+        for rel in raw.data["defect"].get("related", []):
+            if rel not in seen:
+                problems.append(Problem(raw.path.name, "defect.related", f"unknown id {rel!r}"))
+    return problems

@@ -1,0 +1,175 @@
+"""Reading registry files: front matter + Markdown body, and building entries.
+
+Loading never stops at the first bad file: `load_registry` returns the good
+entries and the problems of the bad ones, so `kvdiag list` still lists the rest.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvdiag.errors import UsageError
+from kvdiag.registry.entry import Entry, Matcher, Step
+
+FRONT_MATTER = re.compile(r"\A\s*```toml[ \t]*\n(?P<toml>.*?)\n```[ \t]*\n?(?P<body>.*)\Z", re.S)
+ENTRY_GLOB = "D*.md"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one file, reported as ``file: key: message``."""
+
+    file: str
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.key}: {self.message}"
+
+
+@dataclass(frozen=True)
+class RawEntry:
+    """A file split into its parsed TOML and its Markdown body."""
+
+    path: Path
+    data: dict[str, Any]
+    body: str
+
+
+@dataclass(frozen=True)
+class Registry:
+    entries: tuple[Entry, ...]
+    problems: tuple[Problem, ...]
+    root: Path
+
+    def get(self, entry_id: str) -> Entry:
+        """The entry with this id (case-insensitive), or a UsageError naming the closest ids."""
+        wanted = entry_id.strip().upper()
+        for entry in self.entries:
+            if entry.id.upper() == wanted:
+                return entry
+        ids = [e.id for e in self.entries]
+        close = difflib.get_close_matches(wanted, ids, n=3, cutoff=0.3)
+        hint = f"; closest: {', '.join(close)}" if close else ""
+        raise UsageError(f"no defect {entry_id!r} in the registry ({len(ids)} entries: {ids[0]}–{ids[-1]}){hint}"
+                         if ids else f"no defect {entry_id!r}: the registry is empty")
+
+
+def registry_root(explicit: Path | None = None) -> Path:
+    """Where entries live: --registry, $KVDIAG_REGISTRY, or the project's registry/ folder."""
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("KVDIAG_REGISTRY")
+    return Path(env) if env else PROJECT_ROOT / "registry"
+
+
+def project_path(relative: str) -> Path:
+    """A path named in an entry (probe, repro helper) relative to the project root."""
+    return PROJECT_ROOT / relative
+
+
+def read_raw(path: Path) -> RawEntry:
+    """Split a file into TOML data and body; raises ValueError with a precise message."""
+    text = path.read_text(encoding="utf-8")
+    match = FRONT_MATTER.match(text)
+    if not match:
+        raise ValueError("no ```toml front matter at the top of the file")
+    try:
+        data = tomllib.loads(match.group("toml"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"TOML does not parse: {exc}") from None
+    return RawEntry(path=path, data=data, body=match.group("body").strip() + "\n")
+
+
+def build_entry(raw: RawEntry) -> Entry:
+    """Build an Entry from linted data (assumes the schema holds)."""
+    d = raw.data
+    defect = d["defect"]
+    return Entry(
+        id=defect["id"],
+        title=defect["title"],
+        summary=defect["summary"],
+        owner=defect["owner"],
+        status=defect["status"],
+        severity=defect["severity"],
+        reported=str(defect["reported"]),
+        modified=str(defect["modified"]),
+        aliases=tuple(defect.get("aliases", ())),
+        related=tuple(defect.get("related", ())),
+        source=defect.get("source"),
+        path=raw.path,
+        body=raw.body,
+        raw=d,
+        references=tuple(d.get("references", ())),
+        location=d.get("location", {}),
+        affected=tuple(d.get("affected", ())),
+        applies=d.get("applies", {}),
+        requires=d.get("requires", {}),
+        steps=tuple(_build_step(s) for s in d.get("repro", ())),
+        signature=tuple(Matcher(type=m["type"], fields=dict(m)) for m in d.get("signature", ())),
+        scan=d.get("scan"),
+        drift=d.get("drift"),
+        probes=tuple(d.get("probes", ())),
+    )
+
+
+def _build_step(s: dict[str, Any]) -> Step:
+    return Step(
+        name=s["name"],
+        kind=s["kind"],
+        description=s["description"],
+        timeout=int(s["timeout"]),
+        argv=tuple(s.get("argv", ())),
+        commands=tuple(tuple(c) for c in s.get("commands", ())),
+        default=bool(s.get("default", False)),
+        runs=int(s.get("runs", 1)),
+        expected_seconds=s.get("expected_seconds"),
+        tty=bool(s.get("tty", True)),
+        env=dict(s.get("env", {})),
+        sanitizer=s.get("sanitizer"),
+        sanitizer_options=tuple(s.get("sanitizer_options", ())),
+        kernel_filter=s.get("kernel_filter"),
+        print_limit=s.get("print_limit"),
+        min_cases=int(s.get("min_cases", 1)),
+        expect=s.get("expect"),
+        evidence=tuple(s.get("evidence", ())),
+        vars=dict(s.get("vars", {})),
+    )
+
+
+def entry_files(root: Path) -> list[Path]:
+    return sorted(root.glob(ENTRY_GLOB), key=lambda p: (len(p.stem), p.stem))
+
+
+def load_registry(root: Path | None = None) -> Registry:
+    """Load every entry; bad files become problems, never exceptions."""
+    from kvdiag.registry.lint import lint_raw, lint_registry_wide
+
+    root = registry_root(root)
+    if not root.is_dir():
+        raise UsageError(f"registry folder not found: {root}")
+    entries: list[Entry] = []
+    problems: list[Problem] = []
+    raws: list[RawEntry] = []
+    for path in entry_files(root):
+        try:
+            raw = read_raw(path)
+        except (OSError, ValueError) as exc:
+            problems.append(Problem(path.name, "(file)", str(exc)))
+            continue
+        found = lint_raw(raw)
+        problems.extend(found)
+        if found:
+            continue
+        raws.append(raw)
+        entries.append(build_entry(raw))
+    problems.extend(lint_registry_wide(raws))
+    entries.sort(key=lambda e: e.number)
+    return Registry(entries=tuple(entries), problems=tuple(problems), root=root)

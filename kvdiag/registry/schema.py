@@ -1,0 +1,242 @@
+"""The registry entry schema, as data.
+
+An entry is a Markdown file whose first block is a fenced TOML front matter
+(```toml … ```), the way rustsec's advisory-db keeps one advisory per file. The
+schema below is the single description of that front matter: the loader builds
+entries from it, the linter checks files against it, `docs/registry.md` documents
+it. Keeping it as data (not as code paths) is what lets the linter report every
+unknown key and bad value at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a section: its type, whether it is required, and its closed set if any."""
+
+    type: str  # str | int | float | bool | date | list[str] | regex | list[regex] | argv | argv-list | table | list[table]
+    required: bool = False
+    enum: tuple[str, ...] = ()
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Section:
+    """A TOML table (or array of tables when ``many``) and its keys."""
+
+    keys: dict[str, Key]
+    required: bool = False
+    many: bool = False
+    doc: str = ""
+    subtables: dict[str, "Section"] = field(default_factory=dict)
+
+
+OWNERS = ("upstream", "beellama", "fork", "build", "toolchain")
+STATUSES = ("open", "fix-pending", "fixed", "historical", "not-planned", "unconfirmed")
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+REFERENCE_TYPES = ("REPORT", "FIX", "EVIDENCE", "ARTICLE", "WEB", "PACKAGE", "SEED")
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+STEP_KINDS = ("backend-ops", "command", "build-check", "server")
+SIGNATURE_TYPES = ("sanitizer", "abort", "case", "output", "exit", "stale")
+FINDING_KINDS = (
+    "barrier-divergence", "invalid-read", "invalid-write", "misaligned-access",
+    "out-of-bounds", "race-hazard", "uninitialized-access", "api-error", "other",
+)
+ABORT_KINDS = ("ggml-abort", "ggml-assert", "cuda-error", "cpp-exception", "signal", "other")
+CASE_STATUSES = ("OK", "FAIL", "NOT_SUPPORTED", "INCOMPLETE")
+EVIDENCE_KINDS = ("sites", "instantiations", "error-count", "case-metrics", "abort", "running-case", "matched-lines")
+PROBE_KINDS = ("instrument", "fix")
+SIGNALS = ("SIGABRT", "SIGILL", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGKILL", "SIGTERM")
+
+
+def _s(doc: str = "", **kw: Any) -> Key:
+    return Key("str", doc=doc, **kw)
+
+
+DEFECT = Section(
+    required=True,
+    doc="Identity of the defect.",
+    keys={
+        "id": _s("Registry id, D<number>.", required=True),
+        "title": _s("One line, what goes wrong.", required=True),
+        "summary": _s("One or two sentences for `kvdiag show` and reports.", required=True),
+        "owner": _s("Who has to fix it.", required=True, enum=OWNERS),
+        "status": _s("Where the fix stands.", required=True, enum=STATUSES),
+        "severity": _s("How bad it is when hit.", required=True, enum=SEVERITIES),
+        "reported": Key("date", required=True, doc="When it was first recorded."),
+        "modified": Key("date", required=True, doc="When this entry last changed."),
+        "aliases": Key("list[str]", doc="Upstream ids, e.g. ggml-org/llama.cpp#27678."),
+        "related": Key("list[str]", doc="Other registry ids; relation only, never causality."),
+        "source": _s("Where the entry comes from (a seed document, a run)."),
+    },
+)
+
+REFERENCE = Section(
+    many=True,
+    doc="Typed links, OSV style.",
+    keys={
+        "type": _s(required=True, enum=REFERENCE_TYPES),
+        "url": _s(required=True),
+        "note": _s(),
+    },
+)
+
+LOCATION = Section(
+    required=True,
+    doc="Where the defect lives in the target's source tree.",
+    keys={
+        "component": _s("Subsystem, e.g. ggml-cuda/fattn.", required=True),
+        "files": Key("list[str]", doc="Source paths relative to the repository root."),
+        "functions": Key("list[str]"),
+        "lines": _s("Line or ranges at the commit the entry was written against."),
+        "commit": _s("The commit the lines refer to."),
+    },
+)
+
+AFFECTED = Section(
+    many=True,
+    doc="OSV-style GIT ranges: introduced/fixed/last_affected commits per repository.",
+    keys={
+        "repo": _s(required=True),
+        "introduced": _s('Commit, or "0" for from the beginning.', required=True),
+        "fixed": _s(),
+        "last_affected": _s(),
+        "note": _s(),
+    },
+)
+
+APPLIES = Section(
+    doc="When the build cannot have the defect: any condition false gives not-applicable.",
+    keys={
+        "cc_min": _s("Lowest compute capability, e.g. 7.5."),
+        "cc_max": _s("Highest compute capability."),
+        "cmake_options": Key("list[str]", doc="Options that must exist in CMakeCache.txt (a fork feature)."),
+        "cmake_values": Key("table", doc="Options that must have these values, e.g. {GGML_CUDA = \"ON\"}."),
+        "source_paths": Key("list[str]", doc="Paths that must exist in the source tree (fork detection)."),
+        "ops": Key("list[str]", doc="Ops test-backend-ops must know."),
+        "backend_ops_flags": Key("list[str]", doc="Options test-backend-ops must accept, e.g. --seed."),
+        "note": _s(),
+    },
+)
+
+REQUIRES = Section(
+    doc="What must be present to run: anything missing gives skipped.",
+    keys={
+        "binaries": Key("list[str]", doc="Executables in the build, e.g. test-backend-ops."),
+        "sanitizer": Key("bool", doc="compute-sanitizer must be found."),
+        "gpu": Key("bool", doc="A CUDA GPU must be visible."),
+        "env": Key("list[str]", doc="Environment variables that must be set, e.g. LLAMA_KV_MODEL."),
+        "lineinfo": Key("bool", doc="Warn (not skip) when the build lacks -lineinfo: sites lose file:line."),
+        "note": _s(),
+    },
+)
+
+SIGNATURE = Section(
+    many=True,
+    required=True,
+    doc="What must match in one run's output to confirm. Every table must match (AND).",
+    keys={
+        "type": _s(required=True, enum=SIGNATURE_TYPES),
+        "step": _s("Repro step the matcher applies to (default: every step)."),
+        # sanitizer
+        "tool": _s(enum=SANITIZER_TOOLS),
+        "kind": _s("Finding kind (sanitizer) or abort kind (abort)."),
+        "site": Key("regex", doc="Over 'file:line' of the finding."),
+        "kernel": Key("regex", doc="Over the kernel's demangled name."),
+        "min_count": Key("int", doc="Least number of findings (sanitizer) or failing cases (case)."),
+        # abort
+        "message": Key("regex", doc="Over the abort's message line."),
+        "backtrace": Key("regex", doc="Over the abort's backtrace lines."),
+        # case
+        "params": Key("regex", doc="Over the test case's parameter string."),
+        "status": _s(enum=CASE_STATUSES),
+        "metric": _s("ERR, NMSE or MAA."),
+        "min_value": Key("float"),
+        # output
+        "pattern": Key("regex", doc="Over the named stream."),
+        "stream": _s(enum=("stdout", "stderr", "combined", "sanitizer")),
+        # exit
+        "signal": _s(enum=SIGNALS),
+        "code": Key("int"),
+    },
+)
+
+STEP = Section(
+    many=True,
+    required=True,
+    doc="One way to reproduce. The first step marked default (or the first) is what `kvdiag run` runs.",
+    keys={
+        "name": _s(required=True),
+        "kind": _s(required=True, enum=STEP_KINDS),
+        "description": _s(required=True),
+        "default": Key("bool"),
+        "argv": Key("argv", doc="One command: a list of jinja2 templates, one per argument."),
+        "commands": Key("argv-list", doc="Several commands run in order (e.g. configure then build)."),
+        "timeout": Key("int", required=True, doc="Seconds before the process group is killed."),
+        "runs": Key("int", doc="Runs for a flaky defect; the verdict carries k/N."),
+        "expected_seconds": Key("float", doc="Typical wall time on the reference machine."),
+        "tty": Key("bool", doc="Give the program a pseudo-terminal so stdout is line-buffered."),
+        "env": Key("table", doc="Environment variables set for the command (templates)."),
+        "sanitizer": _s(enum=SANITIZER_TOOLS),
+        "sanitizer_options": Key("list[str]"),
+        "kernel_filter": _s("compute-sanitizer --kernel-name value."),
+        "print_limit": Key("int"),
+        "min_cases": Key("int", doc="backend-ops: fewer executed matching cases is not-applicable."),
+        "expect": Key("regex", doc="What a healthy run prints: proof the path executed (control)."),
+        "evidence": Key("list[str]", enum=EVIDENCE_KINDS),
+        "vars": Key("table", doc="Template variables of this step (op, params, …); scan overrides params."),
+    },
+)
+
+SCAN = Section(
+    doc="The case space `kvdiag scan` walks, one process per case.",
+    keys={
+        "step": _s("The step run per case.", required=True),
+        "op": _s(required=True),
+        "params": Key("regex", required=True, doc="Regex selecting the case space."),
+    },
+)
+
+DRIFT = Section(
+    doc="Numeric drift criterion for `kvdiag drift` (quantized FA numerics).",
+    keys={
+        "op": _s(required=True),
+        "params": Key("regex", required=True),
+        "runs": Key("int", required=True),
+        "seeds": Key("list[str]", doc="Seeds when the build's test-backend-ops takes --seed."),
+        "confirm_min_fails": Key("int", doc="Failing runs of one case that confirm the defect."),
+        "confirm_min_err": Key("float", doc="Least ERR of those failures."),
+    },
+)
+
+PROBE_REF = Section(
+    many=True,
+    doc="Patch files under probes/, each with its own header.",
+    keys={
+        "name": _s(required=True),
+        "file": _s(required=True),
+        "kind": _s(required=True, enum=PROBE_KINDS),
+        "note": _s(),
+    },
+)
+
+SECTIONS: dict[str, Section] = {
+    "defect": DEFECT,
+    "references": REFERENCE,
+    "location": LOCATION,
+    "affected": AFFECTED,
+    "applies": APPLIES,
+    "requires": REQUIRES,
+    "repro": STEP,
+    "signature": SIGNATURE,
+    "scan": SCAN,
+    "drift": DRIFT,
+    "probes": PROBE_REF,
+}
+
+# Names a template may use; anything else is an undefined variable for the linter.
+TEMPLATE_GLOBALS = ("bin", "build_dir", "source_dir", "backend", "scratch", "env", "model", "seed")

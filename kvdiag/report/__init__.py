@@ -1,0 +1,1 @@
+"""Formats: they read results and entries, and never decide anything."""
