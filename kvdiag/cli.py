@@ -182,6 +182,141 @@ def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> i
     return 0
 
 
+# --------------------------------------------------------------------------- verdict runs
+
+@cli.command("run")
+@click.argument("ids", nargs=-1)
+@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
+              help="The build folder (default: $LLAMA_KV_BUILD).")
+@click.option("--step", help="Run this repro step instead of the entry's default.")
+@click.option("--runs", type=click.IntRange(1, 1000), help="Override the number of runs (flaky defects).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a step variable, e.g. params=hsk=64.")
+@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@pass_ctx
+def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, sanitizer, no_staleness, fmt, quiet) -> int:
+    """Run defects' repros against a build and give one verdict each.
+
+    With no IDS, every entry of the registry runs. With no build (no --build and
+    no $LLAMA_KV_BUILD), kvdiag runs its own canary suite instead and says what
+    this machine can and cannot check.
+
+    Exit code: the verdict's (see `kvdiag --help`); with several entries, 1 if
+    any is confirmed, else 4 if any is inconclusive, else 0.
+    """
+    from kvdiag.engine.session import run_verdicts
+
+    if build_dir is None and not ids:
+        return _doctor(None, refresh=False, fmt=fmt, sanitizer=sanitizer,
+                       preface="no build given (--build or $LLAMA_KV_BUILD): running kvdiag's canary suite")
+    overrides = _parse_sets(sets)
+    if build_dir is not None and not build_dir.exists():
+        raise UsageError(f"build folder does not exist: {build_dir}")
+    entries = [ctx.registry.get(i) for i in ids] if ids else list(ctx.registry.entries)
+    outcomes = run_verdicts(entries, build_dir, step=step, runs=runs, overrides=overrides,
+                            sanitizer=sanitizer, check_staleness=not no_staleness, fmt=fmt, quiet=quiet)
+    return _combined_exit(outcomes)
+
+
+def _combined_exit(outcomes) -> int:
+    from kvdiag.engine.verdict import Verdict
+
+    verdicts = [o.verdict for o in outcomes]
+    if any(o.extra.get("interrupted") for o in outcomes):
+        return int(ExitCode.INTERRUPTED)
+    if len(verdicts) == 1:
+        return int(verdicts[0].exit_code)
+    for worst in (Verdict.CONFIRMED, Verdict.ERROR, Verdict.INCONCLUSIVE):
+        if worst in verdicts:
+            return int(worst.exit_code)
+    return 0
+
+
+def _parse_sets(sets) -> dict[str, str]:
+    out = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set takes KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+@cli.command("analyze")
+@click.argument("log", type=click.Path(path_type=Path))
+@click.option("--tool", type=click.Choice(["memcheck", "racecheck", "synccheck", "initcheck"]),
+              help="The sanitizer tool (detected from the text when omitted).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def analyze_cmd(log: Path, tool: str | None, fmt: str) -> int:
+    """Parse a compute-sanitizer log you already have (a .gz is fine): findings by site, counts, kernels."""
+    from kvdiag.report.analysis import analyze_log
+
+    if not log.is_file():
+        raise UsageError(f"no such log file: {log}")
+    click.echo(analyze_log(log, tool=tool, fmt=fmt), nl=False)
+    return 0
+
+
+@cli.command("runs")
+@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.option("--entry", help="Only runs of this entry.")
+def runs_cmd(limit: int, entry: str | None) -> int:
+    """Recorded runs, newest last (the run store is $KVDIAG_HOME/runs)."""
+    from kvdiag.home import kvdiag_home
+    from kvdiag.store.runs import RunStore
+
+    rows = []
+    for run in RunStore(kvdiag_home()):
+        try:
+            data = run.read()
+        except (OSError, ValueError):
+            rows.append((run.run_id, "?", "?", "unreadable run.json", ""))
+            continue
+        if entry and data.get("entry") != entry.upper():
+            continue
+        outcome = data.get("outcome") or {}
+        rows.append((run.run_id, data.get("entry"), outcome.get("verdict", data.get("status")),
+                     _clip(outcome.get("reason", ""), 70), outcome.get("duration_s", "")))
+    click.echo(tabulate(rows[-limit:], headers=["run", "entry", "verdict", "reason", "s"]))
+    return 0
+
+
+@cli.command("doctor")
+@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
+              help="Also check this build (staleness, -lineinfo).")
+@click.option("--refresh", is_flag=True, help="Re-run the controls even if cached for this machine.")
+@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def doctor_cmd(build_dir, refresh, sanitizer, fmt) -> int:
+    """Check this machine and prove each sanitizer tool works here, with canary kernels.
+
+    Exit 0: every tool's positive control was detected and its negative was clean.
+    Exit 4: some control failed or could not run. Exit 3: no GPU or no sanitizer.
+    """
+    return _doctor(build_dir, refresh=refresh, fmt=fmt, sanitizer=sanitizer)
+
+
+def _doctor(build_dir, *, refresh: bool, fmt: str, sanitizer, preface: str | None = None) -> int:
+    from kvdiag.controls.doctor import doctor_exit_code, run_doctor
+    from kvdiag.home import kvdiag_home
+    from kvdiag.report.doctor_text import render_doctor
+    from kvdiag.store.runs import RunStore
+
+    home = kvdiag_home()
+    run_dir = RunStore(home).create("doctor")
+    if preface and fmt == "text":
+        click.echo(f"kvdiag: {preface}", err=True)
+    report = run_doctor(home=home, sanitizer=sanitizer, build_dir=build_dir, refresh=refresh, log_dir=run_dir.logs)
+    run_dir.write("run.json", {"entry": "doctor", "status": "finished", "doctor": report.to_dict()})
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        click.echo(render_doctor(report), nl=False)
+    return doctor_exit_code(report)
+
+
 def _jsonable(value):
     return json.loads(json.dumps(value, default=str))
 

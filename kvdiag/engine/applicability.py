@@ -1,0 +1,124 @@
+"""Before running anything: can this build have the defect, and is everything needed here?
+
+`applies` conditions that are false give not-applicable (the build cannot have
+the defect: the fork lacks the feature, the op, the arch is out of range).
+`requires` items that are missing give skipped (something the user could
+provide: a binary, compute-sanitizer, a GPU, a model). Applicability is judged
+first: a build that cannot have the defect is not-applicable even when a
+binary is also missing. A condition that cannot be evaluated (no CMakeCache,
+no GPU to read the arch from) is not held against the entry; it becomes a note.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from kvdiag.registry.entry import Entry, Step
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What kvdiag knows about the target when it judges applicability."""
+
+    build: Any                                   # target.build.BuildInfo
+    compute_capability: tuple[int, int] | None   # of the GPU that will run it
+    gpu_available: bool
+    sanitizer: Path | None
+    backend_ops_ops: tuple[str, ...] | None      # None: unknown (no binary, or no --list-ops)
+    backend_ops_help: str | None
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str | None      # "not-applicable" | "skipped" | None (go ahead)
+    reason: str
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def _cc(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    return int(major), int(minor or 0)
+
+
+def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
+    """First false `applies` condition (or None), and notes on those that could not be judged."""
+    applies = entry.applies
+    notes: list[str] = []
+    build = facts.build
+    has_cache = build is not None and build.cache_path is not None
+    cc = facts.compute_capability
+    if (applies.get("cc_min") or applies.get("cc_max")) and cc is None:
+        notes.append("compute capability unknown (no GPU seen): the arch range was not checked")
+    elif cc is not None:
+        if applies.get("cc_min") and cc < _cc(applies["cc_min"]):
+            return f"compute capability {cc[0]}.{cc[1]} is below {applies['cc_min']}", notes
+        if applies.get("cc_max") and cc > _cc(applies["cc_max"]):
+            return f"compute capability {cc[0]}.{cc[1]} is above {applies['cc_max']}", notes
+    for option in applies.get("cmake_options", ()):
+        if not has_cache:
+            notes.append(f"no CMakeCache.txt: could not check for option {option}")
+        elif option not in build.options:
+            return f"the build has no {option} option (the feature does not exist in this tree)", notes
+    for option, wanted in applies.get("cmake_values", {}).items():
+        if not has_cache:
+            notes.append(f"no CMakeCache.txt: could not check {option}={wanted}")
+        elif str(build.options.get(option, "")).upper() != str(wanted).upper():
+            return f"the build has {option}={build.options.get(option, 'unset')}, the defect needs {wanted}", notes
+    for rel in applies.get("source_paths", ()):
+        source = build.source_dir if build is not None else None
+        if source is None or not Path(source).is_dir():
+            notes.append(f"source tree unknown: could not check for {rel}")
+        elif not (Path(source) / rel).exists():
+            return f"the source tree has no {rel} (this fork's feature is absent)", notes
+    if applies.get("ops"):
+        if facts.backend_ops_ops is None:
+            notes.append("test-backend-ops op list unknown: ops not checked")
+        else:
+            missing = [op for op in applies["ops"] if op not in facts.backend_ops_ops]
+            if missing:
+                return f"test-backend-ops does not know {', '.join(missing)}", notes
+    for flag in applies.get("backend_ops_flags", ()):
+        if facts.backend_ops_help is None:
+            notes.append(f"test-backend-ops help unknown: {flag} not checked")
+        elif flag not in facts.backend_ops_help:
+            return f"this test-backend-ops has no {flag} option", notes
+    return None, notes
+
+
+def check_requires(entry: Entry, step: Step, facts: Facts) -> tuple[str | None, list[str]]:
+    """First missing requirement (or None), and warnings that do not stop the run."""
+    req = entry.requires
+    warnings: list[str] = []
+    build = facts.build
+    if step.kind != "build-check":
+        missing = [b for b in req.get("binaries", ()) if build is None or not build.has_binary(b)]
+        if missing:
+            where = build.build_dir if build is not None else "no build given"
+            return f"missing binary: {', '.join(missing)} (not found in {where}; build that target)", warnings
+    if req.get("gpu") and not facts.gpu_available:
+        return "no CUDA GPU is visible on this machine", warnings
+    if (req.get("sanitizer") or step.sanitizer) and facts.sanitizer is None:
+        return ("compute-sanitizer not found (PATH, $CUDA_HOME/bin, $KVDIAG_COMPUTE_SANITIZER; "
+                "`pip install nvidia-cuda-sanitizer-api` also provides one)"), warnings
+    absent = [name for name in req.get("env", ()) if not facts.environ.get(name)]
+    if absent:
+        return f"needs {', '.join('$' + a for a in absent)} (e.g. a model file path)", warnings
+    if req.get("lineinfo") and build is not None and build.cache_path is not None and not build.lineinfo:
+        warnings.append("the build lacks -lineinfo: sanitizer sites will have no file:line "
+                        "(reconfigure with -DCMAKE_CUDA_FLAGS=-lineinfo)")
+    return None, warnings
+
+
+def judge_applicability(entry: Entry, step: Step, facts: Facts) -> Judgement:
+    reason, notes = check_applies(entry, facts)
+    if reason:
+        return Judgement("not-applicable", reason, tuple(notes))
+    missing, warnings = check_requires(entry, step, facts)
+    if missing:
+        return Judgement("skipped", missing, tuple(notes), tuple(warnings))
+    return Judgement(None, "", tuple(notes), tuple(warnings))

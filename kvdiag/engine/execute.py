@@ -1,0 +1,205 @@
+"""Running an entry against a target: applicability, attempts, judging, recording.
+
+The run directory is written before anything starts and finished atomically at
+the end; every command's output streams into its logs as it arrives, so a run
+that is killed, interrupted or crashes still leaves what happened on disk.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from kvdiag import __version__
+from kvdiag.engine.applicability import judge_applicability
+from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
+from kvdiag.engine.observe import Observations, observe, observe_staleness
+from kvdiag.engine.planning import TemplateProblem, render_step, template_context
+from kvdiag.engine.progress import Progress
+from kvdiag.engine.target import Target
+from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
+from kvdiag.engine.wrapping import sanitizer_invocation
+from kvdiag.errors import UsageError
+from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
+from kvdiag.registry.entry import Entry, Step
+from kvdiag.store.runs import RunDir
+
+GateProvider = Callable[[str | None], Gate]
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C during a run; carries the outcome recorded so far."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__("interrupted")
+        self.outcome = outcome
+
+
+@dataclass
+class RunOptions:
+    step: str | None = None
+    runs: int | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    slots: int = 1
+    progress: Progress | None = None
+
+
+def no_sanitizer_gate(tool: str | None) -> Gate:
+    """Without a sanitizer the detector is the program's own output and exit, judged by kvdiag's
+    parsers; its control is that matching work executed, which the judge checks separately."""
+    return Gate(True, "no sanitizer involved: the control is that the matching work executed")
+
+
+def pick_step(entry: Entry, name: str | None) -> Step:
+    if name is None:
+        return entry.default_step
+    step = entry.step(name)
+    if step is None:
+        raise UsageError(f"{entry.id} has no step {name!r} (steps: {', '.join(s.name for s in entry.steps)})")
+    if not matchers_for(entry, step.name):
+        raise UsageError(f"{entry.id} step {name!r} has no signature: it is informational, not a verdict")
+    return step
+
+
+def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOptions,
+              gate_provider: GateProvider) -> Outcome:
+    """One verdict for one entry; raises RunInterrupted (after recording) on Ctrl-C."""
+    step = pick_step(entry, options.step)
+    progress = options.progress or Progress(enabled=False)
+    started = time.monotonic()
+    header = {"kvdiag_version": __version__, "entry": entry.id, "step": step.name,
+              "target": target.to_dict(), "overrides": dict(options.overrides)}
+    run_dir.write("run.json", {**header, "status": "running"})
+    judgement = judge_applicability(entry, step, target.facts())
+    warnings = list(judgement.warnings) + list(judgement.notes)
+    if target.build is not None and target.build.staleness.stale:
+        warnings.append(f"the build is stale against its sources ({target.build.staleness.pending_count} "
+                        f"step(s) pending, {target.build.staleness.tool}): results may not reflect the source")
+    if judgement.verdict is not None:
+        outcome = Outcome(entry.id, Verdict(judgement.verdict), judgement.reason, (), tuple(warnings), step.name,
+                          time.monotonic() - started)
+        _finish(run_dir, header, outcome)
+        return outcome
+    attempts: list[Attempt] = []
+    n = options.runs or step.runs
+    try:
+        for index in range(1, n + 1):
+            label = f"{entry.id} [{step.name}] run {index}/{n}"
+            attempts.append(_attempt(entry, step, target, run_dir, index, label, options, progress, gate_provider))
+    except _Interrupted as exc:
+        attempts.append(exc.attempt)
+        outcome = Outcome(entry.id, Verdict.INCONCLUSIVE, "interrupted by the user (Ctrl-C); partial logs kept",
+                          tuple(attempts), tuple(warnings), step.name, time.monotonic() - started,
+                          {"interrupted": True})
+        _finish(run_dir, header, outcome)
+        raise RunInterrupted(outcome) from None
+    verdict, reason = aggregate(attempts)
+    if verdict is Verdict.CONFIRMED and any(
+            a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
+        warnings.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
+    outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings)), step.name,
+                      time.monotonic() - started)
+    _finish(run_dir, header, outcome)
+    return outcome
+
+
+class _Interrupted(Exception):
+    def __init__(self, attempt: Attempt):
+        super().__init__("interrupted")
+        self.attempt = attempt
+
+
+def _attempt(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
+             options: RunOptions, progress: Progress, gate_provider: GateProvider) -> Attempt:
+    started = time.monotonic()
+    if step.kind == "build-check":
+        staleness = target.build.staleness if target.build is not None else None
+        stale = staleness.stale if staleness is not None and staleness.checked else None
+        detail = _staleness_detail(staleness)
+        obs = observe_staleness(step, stale, detail)
+        return judge_attempt(entry, obs, no_sanitizer_gate(None), index, time.monotonic() - started)
+    if step.kind == "server":
+        return _not_run(step, index, Verdict.SKIPPED,
+                        "server steps need the llama-server executor, which this kvdiag version does not have")
+    try:
+        planned = _plan(entry, step, target, run_dir, options)
+    except TemplateProblem as exc:
+        return _not_run(step, index, Verdict.SKIPPED, str(exc))
+    results, sanitizer_logs = [], []
+    invocation = sanitizer_invocation(step)
+    lease = _gpu_lease(entry, target, options)
+    progress.start(label)
+    try:
+        with lease:
+            for j, command in enumerate(planned.commands):
+                name = f"{step.name}-{index}" + (f"-{j + 1}" if len(planned.commands) > 1 else "")
+                argv = tuple(command)
+                if invocation is not None:
+                    log = run_dir.logs / f"{name}.sanitizer.log"
+                    sanitizer_logs.append(log)
+                    argv = invocation.argv(target.sanitizer, log, command)
+                progress.say(f"{label}: {' '.join(argv[:6])}{' …' if len(argv) > 6 else ''}")
+                try:
+                    result = run_command(argv, timeout=step.timeout, log_dir=run_dir.logs, name=name,
+                                         env_overrides=planned.env or None, tty=step.tty, on_output=progress.line)
+                except CommandInterrupted as exc:
+                    results.append(exc.result)
+                    obs = observe(step, results, sanitizer_logs)
+                    raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
+                                                     time.monotonic() - started, str(run_dir.logs))) from None
+                except CommandNotFound as exc:
+                    return _not_run(step, index, Verdict.SKIPPED, str(exc))
+                results.append(result)
+                if not result.ok and j + 1 < len(planned.commands):
+                    break
+    finally:
+        progress.stop()
+    obs = observe(step, results, sanitizer_logs)
+    gate = gate_provider(step.sanitizer) if _gate_needed(obs) else no_sanitizer_gate(None)
+    return judge_attempt(entry, obs, gate, index, time.monotonic() - started, str(run_dir.logs))
+
+
+def _gate_needed(obs: Observations) -> bool:
+    """Only a would-be not-reproduced from a sanitizer step needs the control (it may cost a canary run)."""
+    return obs.step.sanitizer is not None
+
+
+def _plan(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: RunOptions):
+    build = target.build
+    context = template_context(
+        entry, step, binaries=build.binaries if build else {}, build_dir=build.build_dir if build else None,
+        source_dir=build.source_dir if build else None, scratch=run_dir.scratch, overrides=options.overrides)
+    return render_step(step, context)
+
+
+def _gpu_lease(entry: Entry, target: Target, options: RunOptions):
+    """A slot of the GPU's pool for GPU work; a no-op context for CPU-only entries."""
+    import contextlib
+
+    if not entry.requires.get("gpu"):
+        return contextlib.nullcontext()
+    from kvdiag.proc.slots import SlotPool, slots_for_memory
+
+    device = target.first_device
+    total = device.total_memory_bytes if device and device.total_memory_bytes else 16 << 30
+    pool = SlotPool(target.device_key(), slots_for_memory(total))
+    return pool.acquire(options.slots, timeout=None)
+
+
+def _staleness_detail(staleness) -> str:
+    if staleness is None:
+        return "no build given"
+    if not staleness.checked:
+        return staleness.detail
+    pending = "\n".join(staleness.pending)
+    return f"{staleness.detail}\n{pending}".strip()
+
+
+def _not_run(step: Step, index: int, verdict: Verdict, reason: str) -> Attempt:
+    return Attempt(step=step.name, index=index, verdict=verdict, reason=reason, evidence=Evidence())
+
+
+def _finish(run_dir: RunDir, header: dict, outcome: Outcome) -> None:
+    run_dir.write("run.json", {**header, "status": "finished", "outcome": outcome.to_dict()})

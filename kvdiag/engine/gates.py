@@ -1,0 +1,39 @@
+"""The controls gate the engine consults before a sanitizer-based not-reproduced.
+
+A tool's canary pair is run lazily, once per machine key, the first time a run
+would otherwise conclude not-reproduced from that tool, so `kvdiag run` works
+without a prior `kvdiag doctor`, and a failed or missing control turns the
+verdict into inconclusive with the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvdiag.engine.execute import GateProvider, no_sanitizer_gate
+from kvdiag.engine.judge import Gate
+from kvdiag.engine.target import Target
+
+
+def controls_gate_provider(home: Path, target: Target, log_dir: Path) -> GateProvider:
+    memo: dict[str | None, Gate] = {}
+
+    def provider(tool: str | None) -> Gate:
+        if tool is None:
+            return no_sanitizer_gate(None)
+        if tool not in memo:
+            memo[tool] = _gate_for(home, target, tool, log_dir)
+        return memo[tool]
+
+    return provider
+
+
+def _gate_for(home: Path, target: Target, tool: str, log_dir: Path) -> Gate:
+    from kvdiag.controls.cache import ensure_control, not_reproduced_gate
+
+    try:
+        ensure_control(home, target.environment, tool, target.sanitizer, log_dir)
+    except Exception as exc:  # a control that cannot run is a reason, never a crash
+        return Gate(False, f"{tool}'s control could not run on this machine: {exc}")
+    gate = not_reproduced_gate(home, target.environment.key(), tool)
+    return Gate(gate.allowed, gate.reason)

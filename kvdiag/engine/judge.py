@@ -1,0 +1,184 @@
+"""From one attempt's observations to its verdict. The rules, in order:
+
+1. every signature matcher matched → confirmed (quoting the matched lines);
+2. interrupted or timed out → inconclusive (the partial logs are kept);
+3. the sanitizer did not finish its report, or reported its own failure → inconclusive;
+4. backend-ops: no matching case executed → not-applicable (0 matched, or all not supported);
+5. the path did not run as a healthy build runs it (`expect` not seen, a different
+   abort, an unexpected exit, other sanitizer findings) → inconclusive, showing what happened;
+6. the detector's control has not passed on this machine → inconclusive;
+7. otherwise → not-reproduced, saying what executed and which control passed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from kvdiag.engine.matchers import Match, match
+from kvdiag.engine.observe import Observations
+from kvdiag.engine.verdict import Attempt, Evidence, Verdict
+from kvdiag.parse.sanitizer import instantiations, site_label
+from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
+from kvdiag.registry.entry import Entry, Matcher
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Whether a not-reproduced may be issued for a detector, and why (from the controls)."""
+
+    allowed: bool
+    reason: str
+
+
+def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:
+    return tuple(m for m in entry.signature if m.get("step") in (None, step_name))
+
+
+def judge_attempt(entry: Entry, obs: Observations, gate: Gate, index: int, duration_s: float,
+                  log_dir: str | None = None) -> Attempt:
+    matches = [match(m, obs) for m in matchers_for(entry, obs.step.name)]
+    verdict, reason = _decide(entry, obs, matches, gate)
+    evidence = extract_evidence(obs, matches)
+    return Attempt(step=obs.step.name, index=index, verdict=verdict, reason=reason, evidence=evidence,
+                   commands=tuple(r.to_dict() for r in obs.results), duration_s=duration_s, log_dir=log_dir)
+
+
+def _decide(entry: Entry, obs: Observations, matches: Sequence[Match], gate: Gate) -> tuple[Verdict, str]:
+    if matches and all(m.matched for m in matches):
+        return Verdict.CONFIRMED, "; ".join(m.detail for m in matches)
+    if obs.interrupted:
+        return Verdict.INCONCLUSIVE, "interrupted before the signature matched (partial logs kept)"
+    if obs.timed_out:
+        last = next(r for r in obs.results if r.timed_out)
+        running = _running_case(obs)
+        where = f" while running {running}" if running else ""
+        return Verdict.INCONCLUSIVE, f"{last.describe()}{where}; the signature did not match in the partial output"
+    step = obs.step
+    if step.kind == "build-check":
+        if obs.stale is None:
+            return Verdict.INCONCLUSIVE, f"staleness could not be determined: {obs.stale_detail}"
+        return Verdict.NOT_REPRODUCED, "the build is current with its sources (dry run found nothing to rebuild)"
+    problem = _sanitizer_problem(obs)
+    if problem:
+        return Verdict.INCONCLUSIVE, problem
+    if step.kind == "backend-ops":
+        na = _no_cases(obs)
+        if na:
+            return Verdict.NOT_APPLICABLE, na
+    odd = _abnormal(obs)
+    if odd:
+        return Verdict.INCONCLUSIVE, odd
+    if not gate.allowed:
+        return Verdict.INCONCLUSIVE, f"the signature did not match, but {gate.reason}"
+    return Verdict.NOT_REPRODUCED, f"{_what_ran(obs)}; the signature did not match; {gate.reason}"
+
+
+def _sanitizer_problem(obs: Observations) -> str | None:
+    report = obs.sanitizer
+    if report is None:
+        return None
+    if report.tool_errors:
+        return f"compute-sanitizer reported its own failure: {report.tool_errors[0]}"
+    if not report.has_summary:
+        return "compute-sanitizer did not finish its report (no summary line): its silence proves nothing"
+    return None
+
+
+def _no_cases(obs: Observations) -> str | None:
+    report = obs.backend_ops
+    params = obs.step.vars.get("params", "")
+    matched = len(report.cases) if report else 0
+    executed = report.executed if report else 0
+    running = report.running_case if report else None
+    if running is not None:
+        return None  # a case started: whatever happened is not "nothing matched"
+    if matched == 0 and not _abnormal(obs):
+        return f"no {obs.step.vars.get('op', '')} test case matches /{params}/ in this build (0 cases)"
+    if matched and executed == 0:
+        return f"all {matched} matching case(s) are not supported by this backend"
+    if 0 < executed < obs.step.min_cases:
+        return f"only {executed} matching case(s) executed, {obs.step.min_cases} needed"
+    return None
+
+
+def _abnormal(obs: Observations) -> str | None:
+    """A failure that is not the signature: a different abort, exit or finding."""
+    step = obs.step
+    last = obs.last
+    if step.expect:
+        if re.search(step.expect, obs.combined, re.M):
+            return None
+        return f"the path did not run as expected: /{step.expect}/ not seen ({last.describe() if last else 'nothing ran'})"
+    report = obs.sanitizer
+    if report is not None and (report.findings or report.error_count):
+        sites = ", ".join(site_label(s) for s in report.sites[:3])
+        return f"a different sanitizer finding: {report.error_count or report.printed_count} error(s) at {sites}"
+    failing = next((r for r in obs.results if not r.ok), None)
+    if failing is None:
+        return None
+    if report is not None and failing.returncode == SANITIZER_ERROR_EXITCODE and not report.findings:
+        return None
+    running = _running_case(obs)
+    abort = obs.aborts[0].message if obs.aborts else None
+    text = f"a different failure: {failing.describe()}"
+    if abort:
+        text += f" ({abort})"
+    if running:
+        text += f" while running {running}"
+    return text
+
+
+def _running_case(obs: Observations) -> str | None:
+    report = obs.backend_ops
+    if report is None or report.running_case is None:
+        return None
+    return report.running_case.case_string
+
+
+def _what_ran(obs: Observations) -> str:
+    report = obs.backend_ops
+    if report is not None:
+        return f"{report.executed} matching case(s) executed ({report.passed} OK, {report.failed} FAIL)"
+    if obs.step.expect:
+        return f"the expected path ran (/{obs.step.expect}/ seen; {obs.last.describe()})"
+    return f"the command ran to completion ({obs.last.describe()})"
+
+
+def extract_evidence(obs: Observations, matches: Sequence[Match]) -> Evidence:
+    """Everything worth quoting from this attempt, whether or not it matched."""
+    report = obs.sanitizer
+    backend = obs.backend_ops
+    quoted: list[str] = []
+    for m in matches:
+        if m.matched:
+            quoted.extend(m.quoted)
+    sites = tuple(
+        {"site": site_label(s), "kind": s.kind, "kernel": s.kernel_name, "file": s.file, "line": s.line,
+         "count": s.count, "blocks": s.blocks, "template_args": list(s.template_args)}
+        for s in (report.sites if report else ())
+    )
+    failed_cases = tuple(
+        {"case": c.case_string, "status": c.status,
+         "metrics": [{"name": x.name, "value": x.value, "threshold": x.threshold} for x in c.metrics]}
+        for c in (backend.cases if backend else ()) if c.metrics or c.status == "FAIL"
+    )
+    last = obs.last
+    return Evidence(
+        quoted=tuple(quoted),
+        error_count=report.error_count if report else None,
+        sites=sites,
+        instantiations=instantiations(report) if report else (),
+        case_metrics=failed_cases,
+        aborts=tuple({"kind": a.kind, "message": a.message, "detail": a.detail, "file": a.file, "line": a.line}
+                     for a in obs.aborts[:5]),
+        running_case=_running_case(obs),
+        cases_matched=len(backend.cases) if backend else None,
+        cases_executed=backend.executed if backend else None,
+        cases_failed=backend.failed if backend else None,
+        cases_not_supported=backend.not_supported if backend else None,
+        exit=last.describe() if last else None,
+        matched=tuple(m.matcher.describe() for m in matches if m.matched),
+        unmatched=tuple(f"{m.matcher.describe()}: {m.detail}" for m in matches if not m.matched),
+    )

@@ -1,0 +1,71 @@
+"""What one attempt's processes left behind, parsed once for every matcher and judge.
+
+Logs are read back from the run directory (they were streamed there while the
+processes ran), so what is judged is exactly what a user finds on disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from kvdiag.parse.aborts import AbortInfo, parse_aborts
+from kvdiag.parse.backend_ops import BackendOpsReport, parse_backend_ops
+from kvdiag.parse.sanitizer import SanitizerReport, parse_sanitizer
+from kvdiag.parse.text import strip_ansi
+from kvdiag.registry.entry import Step
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Parsed output of one attempt of one step."""
+
+    step: Step
+    results: tuple[Any, ...]                 # CommandResult of each command, in order
+    stdout: str
+    stderr: str
+    combined: str
+    sanitizer_text: str
+    sanitizer: SanitizerReport | None
+    backend_ops: BackendOpsReport | None
+    aborts: tuple[AbortInfo, ...]
+    stale: bool | None = None
+    stale_detail: str = ""
+
+    @property
+    def last(self):
+        return self.results[-1] if self.results else None
+
+    def stream(self, name: str) -> str:
+        return {"stdout": self.stdout, "stderr": self.stderr, "combined": self.combined,
+                "sanitizer": self.sanitizer_text}[name]
+
+    @property
+    def timed_out(self) -> bool:
+        return any(r.timed_out for r in self.results)
+
+    @property
+    def interrupted(self) -> bool:
+        return any(r.interrupted for r in self.results)
+
+
+def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path]) -> Observations:
+    """Read and parse the logs of an attempt's commands."""
+    stdout = "".join(r.stdout_text() for r in results)
+    stderr = "".join(r.stderr_text() for r in results)
+    combined = strip_ansi("".join(r.combined_text() for r in results))
+    sanitizer_text = "".join(p.read_text(errors="replace") for p in sanitizer_logs if p.exists())
+    sanitizer = parse_sanitizer(sanitizer_text, tool=step.sanitizer) if step.sanitizer else None
+    backend = parse_backend_ops(stdout) if step.kind == "backend-ops" else None
+    return Observations(
+        step=step, results=tuple(results), stdout=stdout, stderr=stderr, combined=combined,
+        sanitizer_text=sanitizer_text, sanitizer=sanitizer, backend_ops=backend,
+        aborts=tuple(parse_aborts(combined)),
+    )
+
+
+def observe_staleness(step: Step, stale: bool | None, detail: str) -> Observations:
+    """A build-check step runs nothing: its observation is the staleness dry run."""
+    return Observations(step=step, results=(), stdout="", stderr="", combined=detail, sanitizer_text="",
+                        sanitizer=None, backend_ops=None, aborts=(), stale=stale, stale_detail=detail)

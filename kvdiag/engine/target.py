@@ -1,0 +1,75 @@
+"""The target of a verdict run: the user's build, this machine's GPU and tools.
+
+Prepared once per invocation (a sweep shares it across entries) and recorded in
+every run, so a verdict always says which build, commit, GPU, driver, toolkit
+and sanitizer version it was reached on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvdiag.engine.applicability import Facts
+from kvdiag.proc.sanitizer import find_sanitizer
+
+
+@dataclass(frozen=True)
+class Target:
+    build: Any                     # BuildInfo | None
+    environment: Any               # target.host.Environment
+    sanitizer: Path | None
+    backend_ops: Any               # BackendOpsInfo | None
+
+    @property
+    def gpu(self):
+        return self.environment.gpu
+
+    @property
+    def first_device(self):
+        devices = self.environment.gpu.devices
+        return devices[0] if devices else None
+
+    def facts(self) -> Facts:
+        device = self.first_device
+        return Facts(
+            build=self.build,
+            compute_capability=device.compute_capability if device else None,
+            gpu_available=bool(self.environment.gpu.available),
+            sanitizer=self.sanitizer,
+            backend_ops_ops=tuple(self.backend_ops.ops) if self.backend_ops and self.backend_ops.ops else None,
+            backend_ops_help=self.backend_ops.help_text if self.backend_ops else None,
+        )
+
+    def device_key(self) -> str:
+        device = self.first_device
+        if device is None:
+            return "no-gpu"
+        return device.uuid or f"gpu{device.index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "build": self.build.to_dict() if self.build is not None else None,
+            "environment": self.environment.to_dict(),
+            "sanitizer": str(self.sanitizer) if self.sanitizer else None,
+            "backend_ops": {
+                "path": str(self.backend_ops.path), "has_seed": self.backend_ops.has_seed,
+                "has_test_file": self.backend_ops.has_test_file, "ops_known": len(self.backend_ops.ops),
+            } if self.backend_ops is not None else None,
+        }
+
+
+def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | None = None,
+                   check_staleness: bool = True) -> Target:
+    """Inspect the build (CMakeCache, binaries, git, staleness), the GPU and the tools."""
+    from kvdiag.target.build import inspect_build, probe_backend_ops
+    from kvdiag.target.host import fingerprint_environment
+
+    found_sanitizer = find_sanitizer(sanitizer)
+    build = inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness) if build_dir else None
+    environment = fingerprint_environment(log_dir=log_dir, sanitizer=found_sanitizer)
+    backend_ops = None
+    if build is not None and build.has_binary("test-backend-ops"):
+        backend_ops = probe_backend_ops(build.binary("test-backend-ops"), log_dir=log_dir)
+    return Target(build=build, environment=environment, sanitizer=found_sanitizer, backend_ops=backend_ops)
