@@ -244,6 +244,64 @@ def _parse_sets(sets) -> dict[str, str]:
     return out
 
 
+@cli.command("scan")
+@click.argument("entry_id")
+@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
+              help="The build folder (default: $LLAMA_KV_BUILD).")
+@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=None,
+              help="Parallel case processes (default: the GPU's slot pool size).")
+@click.option("--op", help="Override the entry's op.")
+@click.option("--params", help="Override the entry's case-space regex (test-backend-ops -p).")
+@click.option("--limit", type=click.IntRange(1, 100000), help="Run only the first N supported cases.")
+@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@pass_ctx
+def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, fmt) -> int:
+    """Every affected shape: one process per test case, in parallel, aggregated.
+
+    Exit 1 if any case is affected, 4 if none is but some case was inconclusive, else 0.
+    """
+    from kvdiag.engine.scan_session import run_scan
+
+    entry = ctx.registry.get(entry_id)
+    if not build_dir.exists():
+        raise UsageError(f"build folder does not exist: {build_dir}")
+    result = run_scan(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer, fmt=fmt)
+    if result.interrupted:
+        return int(ExitCode.INTERRUPTED)
+    if result.affected:
+        return int(ExitCode.CONFIRMED)
+    from kvdiag.engine.verdict import Verdict
+
+    return int(ExitCode.INCONCLUSIVE) if result.by_verdict(Verdict.INCONCLUSIVE) else 0
+
+
+@cli.command("drift")
+@click.argument("entry_id", required=False)
+@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
+              help="The build folder (default: $LLAMA_KV_BUILD).")
+@click.option("--op", help="The op (default: the entry's drift op).")
+@click.option("--params", help="Case regex (default: the entry's drift params).")
+@click.option("--runs", type=click.IntRange(1, 1000), help="Repetitions (default: the entry's, else 5).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@pass_ctx
+def drift_cmd(ctx: Context, entry_id, build_dir, op, params, runs, fmt) -> int:
+    """Numeric drift of (quantized) cases over repeated runs: fails, errors, margin to the threshold."""
+    from kvdiag.engine.drift_session import run_drift_session
+
+    entry = ctx.registry.get(entry_id) if entry_id else None
+    criterion = entry.drift if entry else None
+    op = op or (criterion or {}).get("op")
+    params = params or (criterion or {}).get("params")
+    if not op or not params:
+        raise UsageError("drift needs an entry with a [drift] section, or --op and --params")
+    verdict = run_drift_session(entry, build_dir, op=op, params=params,
+                                runs=runs or (criterion or {}).get("runs", 5), fmt=fmt)
+    from kvdiag.engine.verdict import Verdict
+
+    return int(Verdict(verdict).exit_code)
+
+
 @cli.command("analyze")
 @click.argument("log", type=click.Path(path_type=Path))
 @click.option("--tool", type=click.Choice(["memcheck", "racecheck", "synccheck", "initcheck"]),

@@ -7,6 +7,7 @@ that is killed, interrupted or crashes still leaves what happened on disk.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ class RunOptions:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     slots: int = 1
     progress: Progress | None = None
+    cancel: threading.Event | None = None     # set by another thread to stop a scan's workers
 
 
 def no_sanitizer_gate(tool: str | None) -> Gate:
@@ -87,7 +89,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     try:
         for index in range(1, n + 1):
             label = f"{entry.id} [{step.name}] run {index}/{n}"
-            attempts.append(_attempt(entry, step, target, run_dir, index, label, options, progress, gate_provider))
+            attempts.append(attempt_step(entry, step, target, run_dir, index, label, options, gate_provider))
     except _Interrupted as exc:
         attempts.append(exc.attempt)
         outcome = Outcome(entry.id, Verdict.INCONCLUSIVE, "interrupted by the user (Ctrl-C); partial logs kept",
@@ -111,8 +113,10 @@ class _Interrupted(Exception):
         self.attempt = attempt
 
 
-def _attempt(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
-             options: RunOptions, progress: Progress, gate_provider: GateProvider) -> Attempt:
+def attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
+                 options: RunOptions, gate_provider: GateProvider, name_prefix: str | None = None) -> Attempt:
+    """Run one attempt of a step (all its commands) and judge it. Raises _Interrupted on Ctrl-C."""
+    progress = options.progress or Progress(enabled=False)
     started = time.monotonic()
     if step.kind == "build-check":
         staleness = target.build.staleness if target.build is not None else None
@@ -134,7 +138,8 @@ def _attempt(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: i
     try:
         with lease:
             for j, command in enumerate(planned.commands):
-                name = f"{step.name}-{index}" + (f"-{j + 1}" if len(planned.commands) > 1 else "")
+                name = f"{name_prefix or step.name + '-' + str(index)}" + (
+                    f"-{j + 1}" if len(planned.commands) > 1 else "")
                 argv = tuple(command)
                 if invocation is not None:
                     log = run_dir.logs / f"{name}.sanitizer.log"
@@ -143,7 +148,8 @@ def _attempt(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: i
                 progress.say(f"{label}: {' '.join(argv[:6])}{' …' if len(argv) > 6 else ''}")
                 try:
                     result = run_command(argv, timeout=step.timeout, log_dir=run_dir.logs, name=name,
-                                         env_overrides=planned.env or None, tty=step.tty, on_output=progress.line)
+                                         env_overrides=planned.env or None, tty=step.tty, on_output=progress.line,
+                                         cancel=options.cancel)
                 except CommandInterrupted as exc:
                     results.append(exc.result)
                     obs = observe(step, results, sanitizer_logs)

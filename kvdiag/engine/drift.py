@@ -1,0 +1,130 @@
+"""`kvdiag drift`: how far off quantized FlashAttention numbers are, over repeated runs.
+
+Upstream test-backend-ops draws new random inputs every run (no --seed); a fork's
+takes --seed. Either way one run is one sample, so drift runs the cases N times
+(or once per seed) and reports per case: runs, fails, the error values seen and
+the margin to the threshold. test-backend-ops prints a case's error only when it
+fails; the instrument probe `print-every-case-error` makes passing cases print
+theirs too, and drift reads both forms (`ERR = x > t` and `ERR = x <= t`).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from kvdiag.parse.backend_ops import parse_backend_ops
+from kvdiag.parse.text import strip_ansi
+from kvdiag.proc.runner import run_command
+from kvdiag.store.runs import RunDir
+
+ERROR_PRINT = re.compile(r"\[(?P<op>[A-Z_0-9]+)\] (?P<metric>ERR|NMSE) = (?P<value>[-+0-9.eE]+|nan|inf) "
+                         r"(?P<cmp>>|<=) (?P<threshold>[-+0-9.eE]+)")
+CASE_PREFIX = re.compile(r"^\s+(?P<op>[A-Z_0-9]+)\((?P<params>.*?)\): ")
+
+
+@dataclass
+class CaseDrift:
+    case: str
+    runs: int = 0
+    fails: int = 0
+    errors: list[float] = field(default_factory=list)
+    threshold: float | None = None
+
+    @property
+    def fail_rate(self) -> float:
+        return self.fails / self.runs if self.runs else 0.0
+
+    @property
+    def margin(self) -> float | None:
+        """How far the worst error seen stays below the threshold, as a fraction of it (negative = over)."""
+        if not self.errors or not self.threshold:
+            return None
+        return (self.threshold - max(self.errors)) / self.threshold
+
+    def to_dict(self) -> dict[str, Any]:
+        errs = sorted(self.errors)
+        return {
+            "case": self.case, "runs": self.runs, "fails": self.fails, "fail_rate": round(self.fail_rate, 4),
+            "errors_seen": len(errs), "min": errs[0] if errs else None,
+            "median": statistics.median(errs) if errs else None, "max": errs[-1] if errs else None,
+            "threshold": self.threshold, "margin": None if self.margin is None else round(self.margin, 4),
+        }
+
+
+@dataclass
+class DriftResult:
+    op: str
+    params: str
+    runs: int
+    seeded: bool
+    cases: dict[str, CaseDrift] = field(default_factory=dict)
+    run_results: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def matched(self) -> int:
+        return len(self.cases)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "params": self.params, "runs": self.runs, "seeded": self.seeded,
+                "matched_cases": self.matched, "cases": [c.to_dict() for c in self.cases.values()],
+                "processes": self.run_results}
+
+
+def error_prints(stdout: str) -> dict[str, tuple[float, float]]:
+    """case string -> (error, threshold) for every case line that printed its error."""
+    out: dict[str, tuple[float, float]] = {}
+    for line in strip_ansi(stdout).splitlines():
+        head = CASE_PREFIX.match(line)
+        err = ERROR_PRINT.search(line)
+        if head and err:
+            out[f"{head.group('op')}({head.group('params')})"] = (float(err.group("value")),
+                                                                   float(err.group("threshold")))
+    return out
+
+
+def run_drift(binary, run_dir: RunDir, *, op: str, params: str, runs: int, seeds: Sequence[str] = (),
+              has_seed: bool = False, backend: str = "CUDA0", timeout: float = 600) -> DriftResult:
+    """Run the matching cases `runs` times (or once per seed when the binary takes --seed)."""
+    seeded = bool(has_seed and seeds)
+    plan = [("--seed", s) for s in seeds] if seeded else [None] * runs
+    result = DriftResult(op=op, params=params, runs=len(plan), seeded=seeded)
+    for i, seed in enumerate(plan, start=1):
+        argv = [str(binary), "test", "-o", op, "-b", backend, "-p", params] + (list(seed) if seed else [])
+        cmd = run_command(argv, timeout=timeout, log_dir=run_dir.logs, name=f"drift-{i}", tty=True)
+        stdout = cmd.stdout_text()
+        report = parse_backend_ops(stdout)
+        printed = error_prints(stdout)
+        result.run_results.append({"index": i, "seed": seed[1] if seed else None, "exit": cmd.describe(),
+                                   "executed": report.executed, "failed": report.failed})
+        for case in report.cases:
+            if case.status not in ("OK", "FAIL"):
+                continue
+            drift = result.cases.setdefault(case.case_string, CaseDrift(case=case.case_string))
+            drift.runs += 1
+            drift.fails += case.status == "FAIL"
+            if case.case_string in printed:
+                value, threshold = printed[case.case_string]
+                drift.errors.append(value)
+                drift.threshold = threshold
+    return result
+
+
+def judge_drift(result: DriftResult, criterion: Mapping[str, Any] | None) -> tuple[str, str]:
+    """A verdict from the entry's drift criterion (or a plain summary without one)."""
+    if result.matched == 0:
+        return "not-applicable", f"no {result.op} case matches /{result.params}/ in this build (0 cases)"
+    failing = [c for c in result.cases.values() if c.fails]
+    if criterion:
+        need_fails = int(criterion.get("confirm_min_fails", 1))
+        need_err = float(criterion.get("confirm_min_err", 0.0))
+        hits = [c for c in failing if c.fails >= need_fails and c.errors and max(c.errors) >= need_err]
+        if hits:
+            worst = max(hits, key=lambda c: max(c.errors))
+            return "confirmed", (f"{worst.case} failed {worst.fails}/{worst.runs} runs, "
+                                 f"max ERR {max(worst.errors):.6g} > threshold {worst.threshold}")
+    if failing:
+        return "inconclusive", f"{len(failing)} case(s) failed at least once, below the entry's confirm criterion"
+    return "not-reproduced", f"{result.matched} case(s) executed {result.runs} time(s) each, no failure"

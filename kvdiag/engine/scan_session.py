@@ -1,0 +1,69 @@
+"""One `kvdiag scan` invocation: target, case space, parallel run, table, saved JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from tabulate import tabulate
+
+from kvdiag.engine.gates import controls_gate_provider
+from kvdiag.engine.scan import ScanResult, enumerate_cases, scan
+from kvdiag.engine.target import prepare_target
+from kvdiag.engine.verdict import Verdict
+from kvdiag.errors import UsageError
+from kvdiag.home import kvdiag_home
+from kvdiag.proc.slots import slots_for_memory
+from kvdiag.registry.entry import Entry
+from kvdiag.report.templating import render
+from kvdiag.store.runs import RunStore
+
+
+def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None, params: str | None,
+             limit: int | None, sanitizer: Path | None, fmt: str) -> ScanResult:
+    if not entry.scan and not (op and params):
+        raise UsageError(f"{entry.id} declares no case space: give --op and --params")
+    op = op or entry.scan["op"]
+    params = params or entry.scan["params"]
+    home = kvdiag_home()
+    run_dir = RunStore(home).create(f"scan-{entry.id}")
+    target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False)
+    from kvdiag.engine.applicability import judge_applicability
+
+    step = entry.step(entry.scan["step"]) if entry.scan else entry.default_step
+    judgement = judge_applicability(entry, step, target.facts())
+    if judgement.verdict is not None:
+        raise UsageError(f"{entry.id} cannot be scanned here: {judgement.verdict}: {judgement.reason}")
+    space = enumerate_cases(target, op, params, run_dir)
+    device = target.first_device
+    workers = jobs or slots_for_memory(device.total_memory_bytes if device and device.total_memory_bytes else 16 << 30)
+    run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "running", "target": target.to_dict(),
+                               "op": op, "params": params, "supported": len(space.supported)})
+    if fmt == "text":
+        click.echo(f"kvdiag: scanning {len(space.supported[:limit] if limit else space.supported)} case(s) of "
+                   f"{op} /{params}/ with {workers} worker(s)", err=True)
+    gate_provider = controls_gate_provider(home, target, run_dir.logs)
+    result = scan(entry, target, run_dir, space=space, workers=workers, gate_provider=gate_provider, limit=limit)
+    data = result.to_dict()
+    run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "finished", "target": target.to_dict(),
+                               "scan": data})
+    if fmt == "json":
+        data["run_dir"] = str(run_dir.path)
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        click.echo(render_scan(result, run_dir.path), nl=False)
+    return result
+
+
+def render_scan(result: ScanResult, run_dir: Path) -> str:
+    rows = []
+    for params, attempt in sorted(result.results.items(), key=lambda kv: (kv[1].verdict.value, kv[0])):
+        ev = attempt.evidence
+        rows.append((attempt.verdict.value, ev.error_count if ev.error_count is not None else "-",
+                     ", ".join(s["site"] for s in ev.sites[:2]) or "-", f"{attempt.duration_s:.1f}", params))
+    counts = {v.value: len(result.by_verdict(v)) for v in Verdict}
+    other = sum(n for k, n in counts.items() if k not in ("confirmed", "not-reproduced", "inconclusive"))
+    return render("scan.txt.j2", r=result, table=tabulate(rows, headers=["verdict", "errors", "site", "s", "case"]),
+                  counts=counts, other=other, sites=list(result.sites().values()), insts=result.instantiations(),
+                  run_dir=run_dir)
