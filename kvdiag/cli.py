@@ -372,6 +372,8 @@ def _doctor(build_dir, *, refresh: bool, fmt: str, sanitizer, preface: str | Non
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:
         click.echo(render_doctor(report), nl=False)
+        if preface:
+            click.echo("To judge defects, give a build: kvdiag run D2 --build path/to/build (or set $LLAMA_KV_BUILD).")
     return doctor_exit_code(report)
 
 
