@@ -1,0 +1,107 @@
+"""Helpers shared by the parsers: line splitting, ANSI stripping, JSON shaping.
+
+The tools kvdiag reads write colour codes (test-backend-ops wraps OK/FAIL in
+them) and their streams get interleaved with other processes' output, so every
+parser first normalises a line the same way. Keeping that in one place means a
+new quirk of the terminals or tools is fixed once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+# CSI sequences (colours, cursor moves) and OSC sequences (titles, links).
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def strip_ansi(text: str) -> str:
+    """Remove terminal escape sequences, so patterns see only the printed words."""
+    if "\x1b" not in text:
+        return text
+    return _ANSI_RE.sub("", text)
+
+
+def clean_line(line: str) -> str:
+    """One physical line as a parser wants it: no line ending, no colour codes.
+
+    A carriage return inside a line (progress output) keeps only what a
+    terminal would finally show after it, which is the text after the last CR.
+    """
+    line = line.rstrip("\r\n")
+    if "\r" in line:
+        line = line.rsplit("\r", 1)[-1]
+    return strip_ansi(line)
+
+
+def iter_lines(source: str | Iterable[str]) -> Iterator[str]:
+    """Yield cleaned lines from a whole text or from an iterable of lines.
+
+    Accepting both lets callers hand over an open file (streaming, constant
+    memory) or a string they already hold, through the same code path.
+    """
+    if isinstance(source, str):
+        source = source.split("\n")
+    for line in source:
+        yield clean_line(line)
+
+
+def dataclass_dict(obj: Any) -> dict:
+    """A dataclass's fields as JSON data; the body of every result's ``to_dict``."""
+    return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+def jsonable(value: Any) -> Any:
+    """Turn results, tuples and nested containers into plain JSON data.
+
+    The run store writes results with json.dump; tuples become lists, nested
+    results go through their own ``to_dict`` (which may add derived values),
+    and non-finite floats become strings because JSON has no NaN.
+    """
+    if hasattr(value, "to_dict") and not isinstance(value, type):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclass_dict(value)
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def split_top_level(text: str, sep: str = ",") -> tuple[str, ...]:
+    """Split on ``sep`` only outside brackets: ``a=[1,2],b=(int)3`` -> 2 parts.
+
+    Template argument lists and test-backend-ops parameters both nest commas
+    inside ``[]``, ``()`` and ``<>``; a plain split would cut them apart.
+    """
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(text):
+        if ch in "([<{":
+            depth += 1
+        elif ch in ")]>}":
+            depth = max(depth - 1, 0)
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    tail = text[start:].strip()
+    if tail or parts:
+        parts.append(tail)
+    return tuple(parts)
+
+
+def to_int(text: str | None) -> int | None:
+    """Parse an integer the tools may print with thousands separators (``1,024``)."""
+    if text is None:
+        return None
+    try:
+        return int(text.replace(",", ""))
+    except ValueError:
+        return None
