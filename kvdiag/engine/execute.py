@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from kvdiag import __version__
 from kvdiag.engine.applicability import judge_applicability
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
-from kvdiag.engine.observe import Observations, observe, observe_staleness
+from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
 from kvdiag.engine.progress import Progress
 from kvdiag.engine.target import Target
@@ -163,13 +163,9 @@ def attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, inde
     finally:
         progress.stop()
     obs = observe(step, results, sanitizer_logs)
-    gate = gate_provider(step.sanitizer) if _gate_needed(obs) else no_sanitizer_gate(None)
-    return judge_attempt(entry, obs, gate, index, time.monotonic() - started, str(run_dir.logs))
-
-
-def _gate_needed(obs: Observations) -> bool:
-    """Only a would-be not-reproduced from a sanitizer step needs the control (it may cost a canary run)."""
-    return obs.step.sanitizer is not None
+    duration = time.monotonic() - started
+    # The gate is lazy: only a would-be not-reproduced consults it (it may cost a canary run).
+    return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, duration, str(run_dir.logs))
 
 
 def _plan(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: RunOptions):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from kvdiag.engine.matchers import Match, match
 from kvdiag.engine.observe import Observations
@@ -36,8 +36,10 @@ def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:
     return tuple(m for m in entry.signature if m.get("step") in (None, step_name))
 
 
-def judge_attempt(entry: Entry, obs: Observations, gate: Gate, index: int, duration_s: float,
-                  log_dir: str | None = None) -> Attempt:
+def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gate], index: int,
+                  duration_s: float, log_dir: str | None = None) -> Attempt:
+    """The attempt's verdict. ``gate`` may be a callable: it is only consulted (and a
+    control only run) when the verdict would otherwise be not-reproduced."""
     matches = [match(m, obs) for m in matchers_for(entry, obs.step.name)]
     verdict, reason = _decide(entry, obs, matches, gate)
     evidence = extract_evidence(obs, matches)
@@ -45,7 +47,8 @@ def judge_attempt(entry: Entry, obs: Observations, gate: Gate, index: int, durat
                    commands=tuple(r.to_dict() for r in obs.results), duration_s=duration_s, log_dir=log_dir)
 
 
-def _decide(entry: Entry, obs: Observations, matches: Sequence[Match], gate: Gate) -> tuple[Verdict, str]:
+def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
+            gate: Gate | Callable[[], Gate]) -> tuple[Verdict, str]:
     if matches and all(m.matched for m in matches):
         return Verdict.CONFIRMED, "; ".join(m.detail for m in matches)
     if obs.interrupted:
@@ -70,6 +73,8 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match], gate: Gat
     odd = _abnormal(obs)
     if odd:
         return Verdict.INCONCLUSIVE, odd
+    if callable(gate):
+        gate = gate()
     if not gate.allowed:
         return Verdict.INCONCLUSIVE, f"the signature did not match, but {gate.reason}"
     return Verdict.NOT_REPRODUCED, f"{_what_ran(obs)}; the signature did not match; {gate.reason}"
@@ -131,10 +136,22 @@ def _abnormal(obs: Observations) -> str | None:
 
 
 def _running_case(obs: Observations) -> str | None:
+    """The case a dead process was running, as precisely as the output allows.
+
+    Older test-backend-ops printed a case's name before running it (then the
+    unfinished line names it); current ggml prints it only after the case ran,
+    so an abort can only be placed after the last case that finished. A run of
+    exactly one case (scan, or a single-case regex) needs neither.
+    """
     report = obs.backend_ops
-    if report is None or report.running_case is None:
+    if report is None:
         return None
-    return report.running_case.case_string
+    if report.running_case is not None:
+        return report.running_case.case_string
+    failed = any(not r.ok for r in obs.results)
+    if failed and not report.finished and report.last_case is not None:
+        return f"the case after {report.last_case.case_string} (the last one that finished)"
+    return None
 
 
 def _what_ran(obs: Observations) -> str:
