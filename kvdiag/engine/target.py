@@ -63,13 +63,23 @@ class Target:
 def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | None = None,
                    check_staleness: bool = True) -> Target:
     """Inspect the build (CMakeCache, binaries, git, staleness), the GPU and the tools."""
-    from kvdiag.target.build import inspect_build, probe_backend_ops
+    from kvdiag.target.build import find_binaries, inspect_build, probe_backend_ops
     from kvdiag.target.host import fingerprint_environment
 
+    from concurrent.futures import ThreadPoolExecutor
+
     found_sanitizer = find_sanitizer(sanitizer)
-    build = inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness) if build_dir else None
-    environment = fingerprint_environment(log_dir=log_dir, sanitizer=found_sanitizer)
-    backend_ops = None
-    if build is not None and build.has_binary("test-backend-ops"):
-        backend_ops = probe_backend_ops(build.binary("test-backend-ops"), log_dir=log_dir)
+    # The three inspections are independent processes (ninja -n and git; nvcc and
+    # compute-sanitizer --version and the GPU query; test-backend-ops --help and
+    # --list-ops): run side by side, they cost the slowest one, not the sum.
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="kvdiag-target") as pool:
+        env_future = pool.submit(fingerprint_environment, log_dir=log_dir, sanitizer=found_sanitizer)
+        ops_future = None
+        if build_dir is not None:
+            binary = find_binaries(build_dir).get("test-backend-ops") if build_dir.is_dir() else None
+            if binary is not None:
+                ops_future = pool.submit(probe_backend_ops, binary, log_dir=log_dir)
+        build = inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness) if build_dir else None
+        environment = env_future.result()
+        backend_ops = ops_future.result() if ops_future is not None else None
     return Target(build=build, environment=environment, sanitizer=found_sanitizer, backend_ops=backend_ops)
