@@ -114,7 +114,9 @@ def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
             except TemplateProblem as exc:
                 item["problem"] = str(exc)
             else:
-                commands = [wrap_with_sanitizer(step, cmd, Path("<run-dir>/sanitizer.log"), sanitizer=None)
+                from kvdiag.proc.sanitizer import find_sanitizer
+
+                commands = [wrap_with_sanitizer(step, cmd, Path("<run-dir>/sanitizer.log"), sanitizer=find_sanitizer())
                             for cmd in planned.commands]
                 item["argv"] = [list(c) for c in commands]
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in planned.env.items())
