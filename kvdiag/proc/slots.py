@@ -1,0 +1,301 @@
+"""A pool of GPU slots shared by every kvdiag process on a machine.
+
+Several GPU processes at once are fine on a large GPU (8 parallel sanitizer
+processes on one H200 worked well), but two kvdiag invocations must not overload
+one. So each device (a GPU UUID or index: the *device key*) gets a directory of N
+lock files under a lock root::
+
+    <root>/<device key>/slot-0.lock ... slot-{N-1}.lock   (+ gate.lock)
+
+A slot is held by ``fcntl.flock(LOCK_EX | LOCK_NB)`` on its file; the holder writes
+its pid into the file so that waiters can say who they are waiting for. flock
+locks belong to the open file, so the kernel releases them when the holder exits
+or is killed, even by SIGKILL: a crashed kvdiag never leaves a stale slot.
+
+``acquire(k)`` takes k slots at once or none (no partial holding, so two waiters
+cannot deadlock). Fairness: a waiter first takes ``gate.lock`` and keeps it while
+it waits, so a stream of small requests cannot starve an exclusive one (timing
+runs take every slot): the next request queues at the gate. The gate is never
+held while slots are merely in use.
+
+Leases are not re-entrant: a process that already holds slots and asks the same
+pool again waits for itself. Lock descriptors are close-on-exec; the commands run
+under a lease do not inherit them.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from kvdiag.errors import KvdiagError
+
+__all__ = [
+    "DEFAULT_PER_SLOT_BYTES",
+    "Lease",
+    "SlotPool",
+    "SlotTimeout",
+    "default_lock_root",
+    "slots_for_memory",
+]
+
+DEFAULT_PER_SLOT_BYTES = 16 * 1024**3
+POLL_S = 0.1
+_SLOT_RE = re.compile(r"^slot-(\d+)\.lock$")
+
+
+class SlotTimeout(KvdiagError):
+    """The slots were not free in time. ``.holders`` is [(slot, pid)], ``.pids`` the distinct pids."""
+
+    def __init__(self, message: str, holders: list[tuple[int, int | None]]):
+        super().__init__(message)
+        self.holders = holders
+        self.pids = sorted({pid for _, pid in holders if pid is not None})
+
+
+def default_lock_root() -> Path:
+    """``$KVDIAG_LOCK_DIR``, else ``/tmp/kvdiag-locks-<uid>``."""
+    env = os.environ.get("KVDIAG_LOCK_DIR")
+    if env:
+        return Path(env)
+    return Path("/tmp") / f"kvdiag-locks-{os.getuid()}"
+
+
+def slots_for_memory(total_bytes: int, per_slot_bytes: int = DEFAULT_PER_SLOT_BYTES,
+                     max_slots: int = 8) -> int:
+    """How many concurrent GPU processes a device of ``total_bytes`` gets: one per
+    ``per_slot_bytes``, at least 1, at most ``max_slots``."""
+    if per_slot_bytes <= 0 or max_slots < 1:
+        raise ValueError("per_slot_bytes must be > 0 and max_slots >= 1")
+    return max(1, min(int(max_slots), int(total_bytes) // int(per_slot_bytes)))
+
+
+@dataclass(frozen=True)
+class Lease:
+    device_key: str
+    slots: tuple[int, ...]
+    n_slots: int                 # the pool size this lease was taken from
+
+    @property
+    def exclusive(self) -> bool:
+        return len(self.slots) >= self.n_slots
+
+
+def _safe_key(device_key: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", str(device_key))
+    if not safe.strip("."):
+        raise ValueError(f"device key {device_key!r} cannot name a lock directory")
+    return safe
+
+
+def _try_lock(fd: int, flags: int = fcntl.LOCK_EX) -> bool:
+    try:
+        fcntl.flock(fd, flags | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    try:
+        return int(text.split()[0]) if text else None
+    except ValueError:
+        return None
+
+
+class SlotPool:
+    def __init__(self, device_key: str, n_slots: int, root: Path | None = None):
+        if isinstance(n_slots, bool) or not isinstance(n_slots, int) or n_slots < 1:
+            raise ValueError(f"n_slots must be an int >= 1, not {n_slots!r}")
+        self.device_key = str(device_key)
+        self.n_slots = n_slots
+        self.root = Path(root) if root is not None else default_lock_root()
+        self.directory = self.root / _safe_key(self.device_key)
+
+    # ------------------------------------------------------------------ files
+    def _slot_path(self, i: int) -> Path:
+        return self.directory / f"slot-{i}.lock"
+
+    def _ensure_dir(self) -> None:
+        """Create the directory and all N slot files, so that a pool opened with a
+        smaller N sees them (its exclusive lease must cover them too)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for i in range(self.n_slots):
+            path = self._slot_path(i)
+            if not path.exists():
+                os.close(self._open(path))
+
+    def _open(self, path: Path) -> int:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+
+    def _all_slot_indices(self) -> list[int]:
+        """This pool's slots plus any other slot files in the directory (a pool
+        opened with a larger N by another invocation): exclusive takes them all."""
+        found = set(range(self.n_slots))
+        try:
+            for name in os.listdir(self.directory):
+                m = _SLOT_RE.match(name)
+                if m:
+                    found.add(int(m.group(1)))
+        except FileNotFoundError:
+            pass
+        return sorted(found)
+
+    @staticmethod
+    def _mark(fd: int) -> None:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+    @staticmethod
+    def _release(fd: int) -> None:
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _try_take(self, indices: list[int], k: int) -> dict[int, int] | None:
+        """Take k of ``indices`` now, or nothing."""
+        taken: dict[int, int] = {}
+        for i in indices:
+            fd = self._open(self._slot_path(i))
+            if _try_lock(fd):
+                taken[i] = fd
+                if len(taken) == k:
+                    for f in taken.values():
+                        self._mark(f)
+                    return taken
+            else:
+                os.close(fd)
+        for f in taken.values():
+            fcntl.flock(f, fcntl.LOCK_UN)
+            os.close(f)
+        return None
+
+    # ------------------------------------------------------------------ API
+    def holders(self) -> list[tuple[int, int | None]]:
+        """(slot, pid) of every slot held now; pid None if the holder has not written it yet."""
+        out: list[tuple[int, int | None]] = []
+        if not self.directory.is_dir():
+            return out
+        for i in self._all_slot_indices():
+            path = self._slot_path(i)
+            if not path.exists():
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _try_lock(fd, fcntl.LOCK_SH):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                else:
+                    out.append((i, _read_pid(path)))
+            finally:
+                os.close(fd)
+        return out
+
+    def _describe_holders(self, holders: list[tuple[int, int | None]], gate_pid: int | None) -> str:
+        by_pid: dict[int | None, list[int]] = {}
+        for slot, pid in holders:
+            by_pid.setdefault(pid, []).append(slot)
+        parts = []
+        for pid, slots in sorted(by_pid.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+            who = f"pid {pid}" if pid is not None else "a starting process"
+            noun = "slot" if len(slots) == 1 else "slots"
+            parts.append(f"{who} ({noun} {','.join(map(str, slots))})")
+        text = "held by " + ", ".join(parts) if parts else "no slot held"
+        if gate_pid is not None:
+            text += f"; pid {gate_pid} is queued first"
+        return text
+
+    @contextmanager
+    def acquire(self, k: int = 1, timeout: float | None = None,
+                on_wait: Callable[[str], None] | None = None) -> Iterator[Lease]:
+        """Hold k slots of this device for the ``with`` block.
+
+        Waits (polling every 0.1 s) up to ``timeout`` seconds (None: no limit, 0:
+        one try) and raises :class:`SlotTimeout` naming the holders' pids.
+        ``on_wait(message)`` is told who holds the slots whenever that changes.
+        """
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.n_slots:
+            raise ValueError(f"k must be between 1 and {self.n_slots}, not {k!r}")
+        with self._acquire(k, list(range(self.n_slots)), timeout, on_wait) as lease:
+            yield lease
+
+    @contextmanager
+    def exclusive(self, timeout: float | None = None,
+                  on_wait: Callable[[str], None] | None = None) -> Iterator[Lease]:
+        """Hold every slot of the device (for timing runs)."""
+        self._ensure_dir()
+        indices = self._all_slot_indices()
+        with self._acquire(len(indices), indices, timeout, on_wait) as lease:
+            yield lease
+
+    @contextmanager
+    def _acquire(self, k: int, indices: list[int], timeout: float | None,
+                 on_wait: Callable[[str], None] | None) -> Iterator[Lease]:
+        self._ensure_dir()
+        start = time.monotonic()
+        deadline = None if timeout is None else start + max(0.0, timeout)
+        last_msg: str | None = None
+        gate_path = self.directory / "gate.lock"
+
+        def waiting(gate_pid: int | None) -> None:
+            nonlocal last_msg
+            holders = self.holders()
+            msg = (f"waiting for {k} of {len(indices)} GPU slots on {self.device_key}: "
+                   + self._describe_holders(holders, gate_pid))
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SlotTimeout(
+                    f"gave up after {timeout:.1f} s waiting for {k} of {len(indices)} GPU slots on "
+                    f"{self.device_key}: " + self._describe_holders(holders, gate_pid),
+                    holders)
+            if on_wait is not None and msg != last_msg:
+                last_msg = msg
+                try:
+                    on_wait(msg)
+                except Exception:  # a progress display must not break the lock
+                    pass
+            time.sleep(POLL_S if deadline is None else
+                       max(0.0, min(POLL_S, deadline - time.monotonic())))
+
+        taken: dict[int, int] | None = None
+        gate = self._open(gate_path)
+        gate_held = False
+        try:
+            while not _try_lock(gate):
+                waiting(_read_pid(gate_path))
+            gate_held = True
+            self._mark(gate)
+            while True:
+                taken = self._try_take(indices, k)
+                if taken is not None:
+                    break
+                waiting(None)
+        finally:
+            if gate_held:
+                self._release(gate)
+            else:
+                os.close(gate)
+        try:
+            yield Lease(self.device_key, tuple(sorted(taken)), len(indices))
+        finally:
+            for fd in taken.values():
+                try:
+                    self._release(fd)
+                except OSError:
+                    pass
