@@ -451,7 +451,7 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
                 env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                 cwd: Path | None = None, tty: bool = False,
                 on_output: Callable[[str, str], None] | None = None,
-                kill_grace: float = 3.0) -> CommandResult:
+                kill_grace: float = 3.0, cancel: threading.Event | None = None) -> CommandResult:
     """Run ``argv`` (a list, never a shell string) in its own session and process group.
 
     Output goes, as it arrives, to ``log_dir/<name>.{stdout,stderr,combined}.log``;
@@ -462,6 +462,10 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     gives stdout a pseudo-terminal so C stdio line-buffers. ``on_output(stream,
     line)`` is called per complete line (without its newline) from a reader thread;
     its exceptions are counted in cmd.json, never raised.
+
+    ``cancel``: another thread (a scan's Ctrl-C handler) sets it to stop this command;
+    the group is killed as on Ctrl-C and the result, marked interrupted, is
+    returned (not raised: the caller asked for it).
 
     Raises :class:`CommandNotFound` before starting anything when the program is
     missing or not executable, and :class:`CommandInterrupted` (with ``.result``)
@@ -551,6 +555,7 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     interrupted = False
     end_time: float | None = None
     deadline = t0 + timeout
+    cancelled = False
     try:
         doc["pid"] = pid
         _write_json(cmd_json, doc)
@@ -561,6 +566,9 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
             now = time.monotonic()
             if now >= deadline:
                 timed_out = True
+                break
+            if cancel is not None and cancel.is_set():
+                interrupted = cancelled = True
                 break
             time.sleep(min(_POLL_S, max(deadline - now, 0.001)))
     except KeyboardInterrupt:
@@ -601,6 +609,8 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
         if extra_sigints:
             interrupted = True
 
+    if cancelled and not extra_sigints:
+        return result
     if interrupted:
         if not result.interrupted:  # Ctrl-C arrived during the cleanup only
             result = _replace_interrupted(result)
