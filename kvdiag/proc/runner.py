@@ -51,6 +51,7 @@ import json
 import os
 import signal as _signal
 import threading
+import warnings
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,6 +60,12 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
 import sh
+
+# sh forks from Python; on Python >= 3.12 a fork while other threads run (scan
+# workers, target inspections) warns. The child only resets signals and execs,
+# which is the fork-then-exec pattern the warning exempts in spirit.
+warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork\(\) may lead to deadlocks",
+                        category=DeprecationWarning)
 
 from kvdiag.errors import KvdiagError
 
