@@ -1,0 +1,284 @@
+"""Each entry's signature, judged by kvdiag's own parsers and judge on realistic output.
+
+For every entry: the output the defect produces (as the seeds record it) must
+be confirmed, and the output of a healthy build (recorded on ggml d99724f2 where
+we have it) must not be. Nothing runs: the output is handed to
+`engine.observe.observe` as if a command had printed it, then to the judge.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kvdiag.engine.judge import Gate, judge_attempt
+from kvdiag.engine.observe import observe, observe_staleness
+from kvdiag.engine.verdict import Verdict
+from kvdiag.registry.loader import load_registry
+
+CONFIRMED, NOT_REPRODUCED = Verdict.CONFIRMED, Verdict.NOT_REPRODUCED
+NOT_APPLICABLE, INCONCLUSIVE = Verdict.NOT_APPLICABLE, Verdict.INCONCLUSIVE
+
+FOOTER_OK = "  Backend CUDA0: OK\n2/2 backends passed\nOK\n"
+HEADER = ("ggml_cuda_init: found 1 CUDA devices (Total VRAM: 143155 MiB):\n"
+          "  Device 0: NVIDIA H200, compute capability 9.0, VMM: yes, VRAM: 143155 MiB\n"
+          "Testing 2 devices\n\nBackend 1/2: CUDA0\n  Device description: NVIDIA H200\n"
+          "  Device memory: 143155 MB (142629 MB free)\n\n")
+GLIBC_BT = ("/b/src/libggml-base.so.0(+0x3164b)[0x7f147af6d64b]\n"
+            "/b/src/libggml-base.so.0(ggml_print_backtrace+0x21c)[0x7f147af6dacc]\n"
+            "/b/src/libggml-base.so.0(ggml_abort+0x15b)[0x7f147af6dcab]\n"
+            "/b/src/ggml-cuda/libggml-cuda.so.0(+0x557a81)[0x7f1475d57a81]\n"
+            "/b/src/libggml-base.so.0(ggml_backend_graph_compute+0x12)[0x7f147af869f2]\n")
+
+
+@dataclass
+class Printed:
+    """Stands in for proc.runner.CommandResult: what one command printed and how it ended."""
+
+    stdout: str = ""
+    stderr: str = ""
+    returncode: int | None = 0
+    signal: int | None = None
+    timed_out: bool = False
+    interrupted: bool = False
+
+    def stdout_text(self) -> str:
+        return self.stdout
+
+    def stderr_text(self) -> str:
+        return self.stderr
+
+    def combined_text(self) -> str:
+        return self.stdout + self.stderr
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.interrupted
+
+    def describe(self) -> str:
+        return f"killed by signal {self.signal}" if self.signal else f"exit status {self.returncode}"
+
+    def to_dict(self) -> dict:
+        return {"returncode": self.returncode, "signal": self.signal}
+
+
+def aborted(stdout: str, stderr: str, sig: int = signal.SIGABRT) -> Printed:
+    return Printed(stdout=stdout, stderr=stderr, returncode=None, signal=int(sig))
+
+
+@pytest.fixture(scope="module")
+def entries():
+    return {e.id: e for e in load_registry().entries}
+
+
+def judge(entry, *printed: Printed, step: str | None = None) -> Verdict:
+    chosen = entry.step(step) if step else entry.default_step
+    obs = observe(chosen, list(printed), [])
+    return judge_attempt(entry, obs, Gate(True, "control passed (test)"), 1, 0.0).verdict
+
+
+def recorded_fa_lines(transcripts_dir: Path, params: str) -> str:
+    """The lines ggml d99724f2 printed on an H200 for the FA cases a params regex selects."""
+    text = gzip.decompress((transcripts_dir / "test-backend-ops-fa-all-nosanitizer.log.gz").read_bytes())
+    lines = [line for line in text.decode("utf-8", "replace").splitlines(keepends=True)
+             if (m := re.match(r"  FLASH_ATTN_EXT\((.*?)\): ", line)) and re.search(params, m.group(1))]
+    return "".join(lines)
+
+
+def fa_case(type_kv: str, hsk: int = 64, softcap: str = "0.000000") -> str:
+    return (f"FLASH_ATTN_EXT(hsk={hsk},hsv={hsk},nh=4,nr23=[1,1],kv=512,nb=1,mask=1,sinks=0,max_bias=0.000000,"
+            f"logit_softcap={softcap},prec=f32,type_K={type_kv},type_V={type_kv},permute=[0,1,2,3],"
+            f"kv_view=1,v_is_view_of_k=0)")
+
+
+# --------------------------------------------------------------------------- D1
+
+def test_d1_fork_abort_is_confirmed(entries):
+    out = HEADER + "  " + fa_case("f16", 320) + ": OK\n"
+    err = ("/src/ggml/src/ggml-cuda/fattn.cu:412: fatal error\n"
+           "#3  0x00007f0000001234 in ggml_abort () from /b/libggml-base.so\n"
+           "#4  0x00007f0000005678 in ggml_cuda_flash_attn_ext_vec(ggml_backend_cuda_context&, ggml_tensor*) ()"
+           " from /b/libggml-cuda.so\n")
+    assert judge(entries["D1"], aborted(out, err)) is CONFIRMED
+
+
+def test_d1_is_confirmed_with_a_glibc_backtrace_too(entries):
+    out = HEADER + "  " + fa_case("f16", 320) + ": OK\n"
+    err = "/src/ggml/src/ggml-cuda/fattn.cu:412: fatal error\n" + GLIBC_BT
+    assert judge(entries["D1"], aborted(out, err)) is CONFIRMED
+
+
+def test_d1_other_abort_is_inconclusive(entries):
+    out = HEADER + "  " + fa_case("f16", 320) + ": OK\n"
+    err = "/src/ggml/src/ggml-cuda/mmq.cu:80: fatal error\n" + GLIBC_BT
+    assert judge(entries["D1"], aborted(out, err)) is INCONCLUSIVE
+
+
+def test_d1_on_upstream_h200_is_not_reproduced(entries, transcripts_dir):
+    out = HEADER + recorded_fa_lines(transcripts_dir, "hsk=320") + "  17/17 tests passed\n" + FOOTER_OK
+    assert judge(entries["D1"], Printed(stdout=out)) is NOT_REPRODUCED
+
+
+# --------------------------------------------------------------------------- D3, D5, D9 (server output)
+
+def test_d3_illegal_access_in_synchronize_is_confirmed(entries):
+    err = ("srv  update_slots: decoding ...\n"
+           "CUDA error: an illegal memory access was encountered\n"
+           "  current device: 0, in function ggml_backend_cuda_synchronize at /src/ggml/src/ggml-cuda/ggml-cuda.cu:2786\n"
+           "  cudaStreamSynchronize(cuda_ctx->stream())\n"
+           "/src/ggml/src/ggml-cuda/ggml-cuda.cu:96: CUDA error\n" + GLIBC_BT)
+    assert judge(entries["D3"], aborted("", err)) is CONFIRMED
+
+
+def test_d3_same_error_elsewhere_is_inconclusive(entries):
+    err = ("CUDA error: an illegal memory access was encountered\n"
+           "  current device: 0, in function ggml_cuda_mul_mat at /src/ggml/src/ggml-cuda/ggml-cuda.cu:2100\n"
+           "  cudaGetLastError()\n/src/ggml/src/ggml-cuda/ggml-cuda.cu:96: CUDA error\n")
+    assert judge(entries["D3"], aborted("", err)) is INCONCLUSIVE
+
+
+def test_d5_host_buffer_over_a_gigabyte_is_confirmed_and_q8_arm_is_not(entries):
+    big = "llama_context:  CUDA_Host compute buffer size =  2195.90 MiB\n"
+    small = "llama_context:  CUDA_Host compute buffer size =    20.28 MiB\n"
+    assert judge(entries["D5"], Printed(stderr=big)) is CONFIRMED
+    assert judge(entries["D5"], Printed(stderr=small)) is NOT_REPRODUCED
+
+
+def test_d9_refusal_pattern(entries):
+    refused = "llama_init_from_model: KVarN cache types are not supported for a device-resident KV cache\n"
+    accepted = "main: server is listening on http://127.0.0.1:8080\n"
+    assert judge(entries["D9"], Printed(stderr=refused, returncode=1)) is CONFIRMED
+    assert judge(entries["D9"], Printed(stderr=accepted)) is NOT_REPRODUCED
+
+
+# --------------------------------------------------------------------------- D4, D7, D10 (fork commands)
+
+def test_d4_assert_after_unsupported_kvarn_store_is_confirmed(entries):
+    err = ("op not supported (view) (KVARN_STORE)\n"
+           "/src/tests/test-kvarn.cpp:120: GGML_ASSERT(ok) failed\n" + GLIBC_BT)
+    assert judge(entries["D4"], aborted("", err)) is CONFIRMED
+    assert judge(entries["D4"], Printed(stdout="all KVarN tests passed\n")) is NOT_REPRODUCED
+
+
+def test_d7_build_errors_are_confirmed_and_a_clean_build_is_not(entries):
+    configure = Printed(stdout="-- Configuring done\n-- Generating done\n")
+    errors = Printed(stdout=(
+        "/src/ggml/src/ggml-cuda/template-instances/../fattn-mma-kvarn-case.cuh(178): error: no instance of "
+        'function template "flash_attn_ext_f16_process_tile" matches the argument list\n'
+        "82 errors detected in the compilation of \"fattn-mma-f16-instance-kvarn.cu\".\n"), returncode=1)
+    assert judge(entries["D7"], configure, errors) is CONFIRMED
+    assert judge(entries["D7"], configure, Printed(stdout="[100%] Built target ggml-cuda\n")) is NOT_REPRODUCED
+    failed_configure = Printed(stderr="CMake Error: could not find CUDA toolkit\n", returncode=1)
+    assert judge(entries["D7"], failed_configure) is INCONCLUSIVE
+
+
+def test_d10_ctest_verdicts(entries):
+    failed = Printed(returncode=8, stdout=(
+        "    Start 1: test-upstream-merge-keepers-static\n"
+        "1/1 Test #1: test-upstream-merge-keepers-static ...***Failed    0.02 sec\n\n"
+        "0% tests passed, 1 tests failed out of 1\n\nThe following tests FAILED:\n"
+        "\t  1 - test-upstream-merge-keepers-static (Failed)\n"))
+    passed = Printed(stdout=(
+        "    Start 1: test-upstream-merge-keepers-static\n"
+        "1/1 Test #1: test-upstream-merge-keepers-static ...   Passed    0.02 sec\n\n"
+        "100% tests passed, 0 tests failed out of 1\n"))
+    missing = Printed(stdout="No tests were found!!!\n")
+    assert judge(entries["D10"], failed) is CONFIRMED
+    assert judge(entries["D10"], passed) is NOT_REPRODUCED
+    assert judge(entries["D10"], missing) is INCONCLUSIVE
+
+
+# --------------------------------------------------------------------------- D6, D8, D11 (backend-ops)
+
+def test_d6_on_upstream_runs_one_case_and_is_not_reproduced(entries, transcripts_dir):
+    params = entries["D6"].default_step.vars["params"]
+    lines = recorded_fa_lines(transcripts_dir, params)
+    assert lines.count("FLASH_ATTN_EXT(") == 1
+    out = HEADER + lines + "  1/1 tests passed\n" + FOOTER_OK
+    assert judge(entries["D6"], Printed(stdout=out)) is NOT_REPRODUCED
+
+
+def test_d6_fa_abort_is_confirmed_and_oom_is_not(entries):
+    out = HEADER + "  " + fa_case("q8_0", 128, "10.000000") + ": OK\n"
+    fa_abort = "/src/ggml/src/ggml-cuda/fattn.cu:239: fatal error\n" + GLIBC_BT
+    oom = ("CUDA error: out of memory\n"
+           "  current device: 0, in function alloc at /src/ggml/src/ggml-cuda/ggml-cuda.cu:400\n"
+           "  cudaMalloc((void **) &ptr, look_ahead_size)\n"
+           "/src/ggml/src/ggml-cuda/ggml-cuda.cu:96: CUDA error\n" + GLIBC_BT)
+    assert judge(entries["D6"], aborted(out, fa_abort)) is CONFIRMED
+    assert judge(entries["D6"], aborted(out, oom)) is INCONCLUSIVE
+
+
+def test_d8_on_upstream_matches_nothing_and_is_not_applicable(entries):
+    out = HEADER + "  0/0 tests passed\n" + FOOTER_OK
+    assert judge(entries["D8"], Printed(stdout=out)) is NOT_APPLICABLE
+
+
+def test_d8_failing_q2_0s_case_is_confirmed(entries):
+    out = HEADER + "  " + fa_case("q2_0s") + ": [FLASH_ATTN_EXT] ERR = 1.712345678 > 0.005000000 FAIL\n" \
+        + "  0/1 tests passed\n  Backend CUDA0: FAIL\n1/2 backends passed\nFAIL\n"
+    assert judge(entries["D8"], Printed(stdout=out, returncode=1)) is CONFIRMED
+
+
+def test_d8_small_error_is_not_the_defect(entries):
+    out = HEADER + "  " + fa_case("q2_0s") + ": [FLASH_ATTN_EXT] ERR = 0.006000000 > 0.005000000 FAIL\n" \
+        + "  0/1 tests passed\n  Backend CUDA0: FAIL\n1/2 backends passed\nFAIL\n"
+    assert judge(entries["D8"], Printed(stdout=out, returncode=1)) is not CONFIRMED
+
+
+def concat_lines(status: str) -> str:
+    return "".join(f"  CONCAT(type=f16,ne_a=[11,12,13,14],ne_b_d=7,dim={dim},v={v}): {status}\n"
+                   for v in range(4) for dim in range(4))
+
+
+def test_d11_fixed_upstream_is_not_reproduced(entries):
+    out = HEADER + concat_lines("OK") + "  16/16 tests passed\n" + FOOTER_OK
+    assert judge(entries["D11"], Printed(stdout=out)) is NOT_REPRODUCED
+
+
+def test_d11_seed_style_fix_is_not_applicable(entries):
+    out = HEADER + concat_lines("not supported [CUDA0] ") + "  0/0 tests passed\n" + FOOTER_OK
+    assert judge(entries["D11"], Printed(stdout=out)) is NOT_APPLICABLE
+
+
+def test_d11_f32_assert_is_confirmed(entries):
+    err = "/src/ggml/src/ggml-cuda/concat.cu:149: GGML_ASSERT(src0->type == GGML_TYPE_F32) failed\n" + GLIBC_BT
+    assert judge(entries["D11"], aborted(HEADER, err)) is CONFIRMED
+
+
+# --------------------------------------------------------------------------- D12, D13 (build health)
+
+HEALTHY_THROW = (
+    "#1  0x00007f610a1064bb in ggml_print_backtrace () from /b/src/libggml-base.so.0\n"
+    "#2  0x00007f610a119969 in ggml_uncaught_exception() () from /b/src/libggml-base.so.0\n"
+    "#5  0x00007f6109ea90d8 in __cxa_throw () from /lib/x86_64-linux-gnu/libstdc++.so.6\n"
+    "#6  0x00005604a08bfc02 in make_test_cases_from_file(char const*) [clone .cold] ()\n"
+    "terminate called after throwing an instance of 'std::runtime_error'\n"
+    "  what():  Unable to read test file\n")
+
+
+def test_d12_healthy_exception_path_is_not_reproduced(entries):
+    assert judge(entries["D12"], aborted("Testing 1 devices\n\n", HEALTHY_THROW)) is NOT_REPRODUCED
+
+
+def test_d12_sigill_is_confirmed(entries):
+    assert judge(entries["D12"], aborted("Testing 1 devices\n\n", "", signal.SIGILL)) is CONFIRMED
+
+
+def test_d12_probe_that_never_threw_is_inconclusive(entries):
+    usage = "Usage: test-backend-ops [mode] [-o <op,..>] [-b <backend>] [-p <params regex>]\n"
+    assert judge(entries["D12"], Printed(stdout=usage, returncode=1)) is INCONCLUSIVE
+
+
+@pytest.mark.parametrize("stale, expected", [(True, CONFIRMED), (False, NOT_REPRODUCED), (None, INCONCLUSIVE)])
+def test_d13_staleness(entries, stale, expected):
+    entry = entries["D13"]
+    detail = {True: "ninja -n: 2 step(s) pending\n[1/2] Building CXX object tools/server/server-queue.cpp.o",
+              False: "ninja: no work to do (targets bin/test-backend-ops)", None: "ninja not found"}[stale]
+    obs = observe_staleness(entry.default_step, stale, detail)
+    assert judge_attempt(entry, obs, Gate(True, "n/a"), 1, 0.0).verdict is expected
