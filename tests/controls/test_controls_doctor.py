@@ -290,12 +290,12 @@ def real_gpu(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")   # fork while CUDA's own threads run (py3.12)
-@pytest.mark.parametrize("launcher", ["auto", "pycuda", "cupy"])
+@pytest.mark.parametrize("launcher", ["pycuda", "cupy"])
 def test_real_doctor_trusts_all_four_tools(real_gpu, tmp_path, monkeypatch, launcher):
     """End to end on the device machine: every canary under its real tool; all four must pass."""
     import importlib.util
 
-    if launcher != "auto" and importlib.util.find_spec(launcher) is None:
+    if importlib.util.find_spec(launcher) is None:
         pytest.skip(f"{launcher} is not importable here")
     monkeypatch.setenv("KVDIAG_LAUNCHER", launcher)
     report = run_doctor(home=tmp_path / "home", sanitizer=None, build_dir=None, refresh=True,
@@ -304,7 +304,7 @@ def test_real_doctor_trusts_all_four_tools(real_gpu, tmp_path, monkeypatch, laun
     assert doctor_exit_code(report) == 0, format_report(report)
     assert report.trusted_tools == ALL_TOOLS
     for c in report.controls:
-        assert c.launcher == (launcher if launcher != "auto" else c.launcher), c
+        assert c.launcher == launcher, c
         assert c.positive_detail.startswith(f"{PAIRS[c.tool].positive.expected_kind} at "
                                             f"{PAIRS[c.tool].positive.expected_site()}")
     for tool in ALL_TOOLS:
