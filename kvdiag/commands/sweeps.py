@@ -1,0 +1,196 @@
+"""CLI commands for sweeps, their reports and the verdict history: sweep, merge, compare, history, report.
+
+Each command takes the CLI `Context` (`.registry`) through `click.pass_obj`,
+raises library errors and returns its exit code; `kvdiag.cli.main` turns both
+into the process's exit status.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from kvdiag.errors import UsageError
+from kvdiag.exitcodes import ExitCode
+from kvdiag.report.formats import SweepFormat, clip
+from kvdiag.store.sweeps import Sweep, load_sweep, parse_shard, save_sweep
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    click.echo(f"kvdiag: wrote {output}", err=True)
+
+
+def _write_formatted(sweep: Sweep, fmt: str, output: Path | None, quiet: bool) -> None:
+    _emit(SweepFormat(fmt).to_formatter().format(sweep), output)
+    if output is not None and fmt != SweepFormat.TABLE.value and not quiet:
+        click.echo(SweepFormat.TABLE.to_formatter().format(sweep), nl=False)
+
+
+FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(SweepFormat.names()), default="table",
+                             show_default=True, help="Output format (JUnit XML, SARIF 2.1.0, HTML page, ...).")
+
+
+@click.command("sweep")
+@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
+              help="The build folder (default: $LLAMA_KV_BUILD).")
+@click.option("--only", multiple=True, metavar="IDS", help="Only these entries (comma-separated; repeatable).")
+@click.option("--exclude", multiple=True, metavar="IDS", help="Leave these entries out (comma-separated; repeatable).")
+@click.option("--shard", metavar="I/N",
+              help="Run shard I of N: the selection in id order (D2 before D10), dealt round-robin.")
+@FORMAT_OPTION
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the formatted sweep here (the summary table still goes to the terminal).")
+@click.option("--save", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also save the sweep JSON here (it is always saved under the run store).")
+@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.pass_obj
+def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer, no_staleness, quiet) -> int:
+    """Run every selected entry against one build; save, record and format the sweep.
+
+    The target is inspected once. GPU entries run one after another; CPU-only
+    entries run beside them. The sweep is saved as JSON under the run store
+    (and to --save) and recorded in the history ($KVDIAG_HOME/history.sqlite).
+
+    Exit code: 1 if any entry is confirmed, else 70 if kvdiag failed on any,
+    else 4 if any is inconclusive, else 0 (130 when interrupted).
+    """
+    from kvdiag.engine.sweep import run_sweep, select_entries, sweep_exit_code
+
+    if build_dir is None:
+        raise UsageError("a sweep needs a build: --build BUILD or $LLAMA_KV_BUILD")
+    if not build_dir.exists():
+        raise UsageError(f"build folder does not exist: {build_dir}")
+    if shard is not None:
+        parse_shard(shard)
+    selection = select_entries(ctx.registry.entries, only, exclude)
+    if not selection:
+        raise UsageError("the selection is empty: nothing to sweep")
+    result = run_sweep(selection, build_dir, shard=shard, sanitizer=sanitizer, check_staleness=not no_staleness,
+                       quiet=quiet, save=save)
+    _write_formatted(result.sweep, fmt, output, quiet)
+    if not quiet:
+        click.echo(f"kvdiag: sweep saved to {result.path}", err=True)
+    return sweep_exit_code(result.sweep)
+
+
+@click.command("merge")
+@click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="Where to save the merged sweep JSON.")
+@FORMAT_OPTION
+@click.option("--no-record", is_flag=True, help="Do not record the merged sweep in the history.")
+@click.pass_obj
+def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
+    """Merge the sweep files of shards 1..N into the sweep an unsharded run gives.
+
+    Refuses shards of different targets, a missing or repeated shard, and an
+    entry in two shards. Prints the merged sweep (--format) and exits as
+    `kvdiag sweep` would have for the whole selection.
+    """
+    from kvdiag.engine.sweep import sweep_exit_code
+    from kvdiag.store.history import record_sweep
+    from kvdiag.store.sweeps import merge_sweeps
+
+    merged = merge_sweeps([load_sweep(p) for p in shards])
+    save_sweep(merged, output)
+    if not no_record:
+        record_sweep(merged, path=output)
+    click.echo(f"kvdiag: merged {len(shards)} shard(s), {len(merged.outcomes)} entries, into {output}", err=True)
+    click.echo(SweepFormat(fmt).to_formatter().format(merged), nl=False)
+    return sweep_exit_code(merged)
+
+
+@click.command("compare")
+@click.argument("before", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("after", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--changed-only", is_flag=True, help="Leave out entries whose verdict and counts did not change.")
+@click.pass_obj
+def compare_cmd(ctx, before, after, fmt, changed_only) -> int:
+    """What changed from sweep BEFORE to sweep AFTER (sweep JSON files).
+
+    Per entry: regression (newly confirmed), fixed (confirmed → not-reproduced),
+    applicability changed, other verdict change, unchanged, or only in one sweep;
+    with error-count and k/N changes. Exit 1 if any regression, else 0.
+    """
+    from kvdiag.report.compare import compare_sweeps, render_comparison
+
+    comparison = compare_sweeps(load_sweep(before), load_sweep(after))
+    if fmt == "json":
+        data = comparison.to_dict()
+        if changed_only:
+            data["entries"] = [e for e in data["entries"] if e["change"] != "unchanged" or e["notes"]]
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        click.echo(render_comparison(comparison, all_entries=not changed_only), nl=False)
+    return int(ExitCode.CONFIRMED) if comparison.regressions else int(ExitCode.OK)
+
+
+@click.command("history")
+@click.argument("entry_id")
+@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True,
+              help="Show the newest N outcomes.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.pass_obj
+def history_cmd(ctx, entry_id, limit, fmt) -> int:
+    """An entry's verdicts over builds, commits and machines, oldest first.
+
+    Reads $KVDIAG_HOME/history.sqlite, first adding any finished run of the
+    run store not yet recorded (so `kvdiag run` results appear too).
+    """
+    from tabulate import tabulate
+
+    from kvdiag.store.history import history, sync_run_store
+
+    try:
+        entry_id = ctx.registry.get(entry_id).id
+    except UsageError:
+        entry_id = entry_id.strip().upper()  # an entry since removed from the registry still has a history
+    sync_run_store()
+    rows = history(entry_id)[-limit:]
+    if fmt == "json":
+        click.echo(json.dumps([r.to_dict() for r in rows], indent=2, default=str))
+        return 0
+    if not rows:
+        click.echo(f"no recorded outcome of {entry_id} (run `kvdiag run {entry_id} --build BUILD` or a sweep)")
+        return 0
+    table = [(r.date.replace("T", " ")[:16], r.verdict, r.k_of_n, "-" if r.error_count is None else r.error_count,
+              (r.build_commit or "?")[:10] + (" +dirty" if r.dirty else ""),
+              f"{r.gpu_name or 'no GPU'}" + (f" ({r.cc})" if r.cc else ""), r.driver or "-",
+              r.sanitizer_version or "-", (r.machine_key or "-")[:8],
+              f"sweep {r.sweep_id}" if r.sweep_id else (r.run_id or "-"), clip(r.reason or "", 50))
+             for r in rows]
+    click.echo(tabulate(table, headers=["date (UTC)", "verdict", "k/N", "errors", "commit", "GPU", "driver",
+                                        "sanitizer", "machine", "from", "reason"], disable_numparse=True))
+    return 0
+
+
+@click.command("report")
+@click.argument("entry_id")
+@click.option("--run", "run_ref", default="latest", show_default=True, metavar="RUN_ID|latest",
+              help="The run to report (default: the entry's newest finished run).")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+@click.pass_obj
+def report_cmd(ctx, entry_id, run_ref, output) -> int:
+    """An upstream-ready Markdown report of one entry's run: paste it into an upstream issue as-is."""
+    from kvdiag.home import kvdiag_home
+    from kvdiag.report.upstream import find_run, upstream_report
+    from kvdiag.store.runs import RunStore
+
+    entry = ctx.registry.get(entry_id)
+    run = find_run(RunStore(kvdiag_home()), entry, run_ref)
+    _emit(upstream_report(entry, run), output)
+    return 0
+
+
+#: every command of this module, for `cli.add_command`
+COMMANDS = (sweep_cmd, merge_cmd, compare_cmd, history_cmd, report_cmd)

@@ -1,0 +1,255 @@
+"""One `kvdiag sweep`: every selected entry against one build, the target prepared once.
+
+GPU entries (`requires.gpu`) run one after another in the calling thread — each
+already takes a slot of the GPU pool inside `run_entry`, and one sanitized
+kernel at a time keeps their timings and findings readable — while CPU-only
+entries (build checks, throw probes) run beside them in one worker thread.
+The calling thread is the one that receives Ctrl-C; it then cancels the worker
+and the sweep keeps every outcome that finished.
+
+Sharding: the selection is put in natural id order (D2 before D10) and dealt
+out **round-robin**: shard i of n gets the entries at positions i-1, i-1+n,
+i-1+2n, … So shards 1..n cover every entry exactly once, and neighbouring
+entries (often of one family and cost) land on different shards.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import click
+
+from kvdiag import __version__
+from kvdiag.engine.execute import GateProvider, RunInterrupted, RunOptions, run_entry
+from kvdiag.engine.gates import controls_gate_provider
+from kvdiag.engine.progress import Progress
+from kvdiag.engine.target import prepare_target
+from kvdiag.engine.verdict import Outcome, Verdict
+from kvdiag.errors import UsageError
+from kvdiag.exitcodes import ExitCode
+from kvdiag.home import kvdiag_home
+from kvdiag.registry.entry import Entry
+from kvdiag.store.runs import RunDir, RunStore
+from kvdiag.store.sweeps import Sweep, entry_sort_key, save_sweep, shard_ids, sweep_outcome, utc_now
+
+SWEEP_FILE = "sweep.json"
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def _split_ids(values: Iterable[str] | None) -> list[str]:
+    out: list[str] = []
+    for value in values or ():
+        out += [v.strip() for v in value.split(",") if v.strip()]
+    return out
+
+
+def select_entries(entries: Sequence[Entry], only: Iterable[str] | None = None,
+                   exclude: Iterable[str] | None = None) -> list[Entry]:
+    """Entries in natural id order, limited to `only` (if given) and without `exclude`.
+
+    Both take ids or comma-separated lists of ids, case-insensitive; an id the
+    registry does not have is a UsageError (a typo must not silently shrink a sweep).
+    """
+    by_id = {e.id.upper(): e for e in entries}
+    wanted, unwanted = _split_ids(only), _split_ids(exclude)
+    unknown = [i for i in wanted + unwanted if i.upper() not in by_id]
+    if unknown:
+        raise UsageError(f"no such defect(s) in the registry: {', '.join(unknown)}")
+    chosen = [by_id[i.upper()] for i in dict.fromkeys(x.upper() for x in wanted)] if wanted else list(entries)
+    skip = {i.upper() for i in unwanted}
+    return sorted((e for e in chosen if e.id.upper() not in skip), key=lambda e: entry_sort_key(e.id))
+
+
+def shard_entries(entries: Sequence[Entry], shard: str | None) -> list[Entry]:
+    """Shard ``"i/n"`` of `entries` (round-robin over natural id order, see `shard_ids`); all for None."""
+    by_id = {e.id: e for e in entries}
+    return [by_id[i] for i in shard_ids(list(by_id), shard)]
+
+
+def needs_gpu(entry: Entry) -> bool:
+    return bool(entry.requires.get("gpu"))
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class EntryResult:
+    entry: Entry
+    outcome: Outcome
+    run_dir: RunDir
+
+
+@dataclass
+class SweepRun:
+    """What `execute_entries` returns: results in natural id order, and whether Ctrl-C cut it short."""
+
+    results: list[EntryResult] = field(default_factory=list)
+    interrupted: bool = False
+
+
+Announce = Callable[[EntryResult], None]
+
+
+def _locked(provider: GateProvider) -> GateProvider:
+    """The controls gate memoises per tool; two threads must not both run a tool's canaries."""
+    lock = threading.Lock()
+
+    def gate(tool):
+        with lock:
+            return provider(tool)
+
+    return gate
+
+
+def _harness_failure(entry: Entry, run_dir: RunDir, exc: BaseException, started: float) -> Outcome:
+    outcome = Outcome(entry.id, Verdict.ERROR, f"kvdiag failed while running {entry.id}: {type(exc).__name__}: {exc}",
+                      duration_s=time.monotonic() - started)
+    try:
+        run_dir.write("run.json", {"kvdiag_version": __version__, "entry": entry.id, "status": "finished",
+                                   "outcome": outcome.to_dict()})
+    except OSError:
+        pass
+    return outcome
+
+
+def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate_provider: GateProvider, *,
+                    options: RunOptions | None = None, quiet: bool = True,
+                    announce: Announce | None = None) -> SweepRun:
+    """Run every entry once: GPU entries here one by one, CPU-only entries beside them in a thread."""
+    base = options or RunOptions()
+    gate = _locked(gate_provider)
+    cancel = threading.Event()
+    gpu = [e for e in entries if needs_gpu(e)]
+    cpu = [e for e in entries if not needs_gpu(e)]
+    results: list[EntryResult] = []
+    lock = threading.Lock()
+    state = {"interrupted": False}
+
+    def one(entry: Entry, progress: Progress) -> bool:
+        """Run one entry, keep its result; False when it was interrupted (stop the queue)."""
+        run_dir = store.create(entry.id)
+        opts = RunOptions(step=base.step, runs=base.runs, overrides=base.overrides, slots=base.slots,
+                          progress=progress, cancel=cancel)
+        started = time.monotonic()
+        go_on = True
+        try:
+            outcome = run_entry(entry, target, run_dir, options=opts, gate_provider=gate)
+        except RunInterrupted as exc:
+            outcome, go_on = exc.outcome, False
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # one entry's harness failure is its verdict, never the sweep's end
+            outcome = _harness_failure(entry, run_dir, exc, started)
+        result = EntryResult(entry, outcome, run_dir)
+        with lock:
+            results.append(result)
+            if not go_on:
+                state["interrupted"] = True
+                cancel.set()
+        if announce is not None:
+            announce(result)
+        return go_on
+
+    def cpu_worker() -> None:
+        progress = Progress(enabled=not quiet)
+        for entry in cpu:
+            if cancel.is_set() or not one(entry, progress):
+                break
+
+    worker = threading.Thread(target=cpu_worker, name="kvdiag-sweep-cpu", daemon=True) if cpu else None
+    try:
+        if worker is not None:
+            worker.start()
+        progress = Progress(enabled=not quiet)
+        for entry in gpu:
+            if cancel.is_set() or not one(entry, progress):
+                break
+        while worker is not None and worker.is_alive():
+            worker.join(timeout=0.2)
+    except KeyboardInterrupt:
+        state["interrupted"] = True
+        cancel.set()
+    finally:
+        while worker is not None and worker.is_alive():
+            try:
+                worker.join(timeout=0.2)
+            except KeyboardInterrupt:  # a second Ctrl-C while the worker winds down
+                state["interrupted"] = True
+                cancel.set()
+    run = SweepRun(sorted(results, key=lambda r: entry_sort_key(r.entry.id)), state["interrupted"])
+    return run
+
+
+def build_sweep(run: SweepRun, target_dict: dict, *, started_at: str, wall_s: float, shard: str | None,
+                selection: Sequence[Entry]) -> Sweep:
+    outcomes = [sweep_outcome(r.outcome.to_dict(), title=r.entry.title, run_dir=str(r.run_dir.path),
+                              files=r.entry.location.get("files", ()) if r.entry.location else ())
+                for r in run.results]
+    return Sweep(target=target_dict, outcomes=outcomes, started_at=started_at, wall_s=round(wall_s, 3), shard=shard,
+                 kvdiag_version=__version__, selection=[e.id for e in selection], interrupted=run.interrupted)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    sweep: Sweep
+    path: Path                 # the sweep.json under the run store
+    run_dir: RunDir
+
+
+def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str | None = None,
+              sanitizer: Path | None = None, check_staleness: bool = True, quiet: bool = False,
+              save: Path | None = None, record: bool = True) -> SweepResult:
+    """Prepare the target once, run this shard of the selection, save and record the sweep."""
+    from kvdiag.store.history import record_sweep
+
+    entries = shard_entries(selection, shard)
+    home = kvdiag_home()
+    store = RunStore(home)
+    sweep_dir = store.create("sweep")
+    started_at, started = utc_now(), time.monotonic()
+    say = (lambda text: None) if quiet else (lambda text: click.echo(f"kvdiag: {text}", err=True))
+    say(f"sweep of {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+        + (f" (shard {shard} of {len(selection)} selected)" if shard else "") + f"; inspecting {build_dir or 'no build'}")
+    sweep_dir.write("run.json", {"kvdiag_version": __version__, "entry": "sweep", "kind": "sweep",
+                                 "status": "running", "shard": shard, "entries": [e.id for e in entries]})
+    target = prepare_target(build_dir, log_dir=sweep_dir.logs, sanitizer=sanitizer, check_staleness=check_staleness)
+    target_dict = target.to_dict()
+    gate_provider = controls_gate_provider(home, target, sweep_dir.logs)
+
+    def announce(result: EntryResult) -> None:
+        o = result.outcome
+        k = f" {o.k_of_n}" if o.n > 1 else ""
+        say(f"{o.entry_id} {o.verdict.value}{k} ({o.duration_s:.1f} s)")
+
+    run = execute_entries(entries, target, store, gate_provider, quiet=quiet, announce=announce)
+    sweep = build_sweep(run, target_dict, started_at=started_at, wall_s=time.monotonic() - started, shard=shard,
+                        selection=selection)
+    path = save_sweep(sweep, sweep_dir.path / SWEEP_FILE)
+    sweep_dir.write("run.json", {"kvdiag_version": __version__, "entry": "sweep", "kind": "sweep",
+                                 "status": "interrupted" if sweep.interrupted else "finished", "shard": shard,
+                                 "entries": [e.id for e in entries], "target": target_dict, "sweep": SWEEP_FILE,
+                                 "counts": sweep.counts()})
+    if save is not None:
+        save_sweep(sweep, save)
+    if record:
+        record_sweep(sweep, path=path, home=home)
+    return SweepResult(sweep, path, sweep_dir)
+
+
+def sweep_exit_code(sweep: Sweep) -> int:
+    """As `kvdiag run` with several entries: 130 if interrupted, else 1 if any confirmed,
+    else 70 if any error, else 4 if any inconclusive, else 0."""
+    if sweep.interrupted:
+        return int(ExitCode.INTERRUPTED)
+    verdicts = {o["verdict"] for o in sweep.outcomes}
+    for worst in (Verdict.CONFIRMED, Verdict.ERROR, Verdict.INCONCLUSIVE):
+        if worst.value in verdicts:
+            return int(worst.exit_code)
+    return int(ExitCode.OK)

@@ -1,0 +1,235 @@
+"""Sweep formats: one module per format, each a `SweepFormatter` that only reads a `Sweep`.
+
+`SweepFormat` is the CLI's `--format` choice; `SweepFormat(name).to_formatter()`
+is the one place a name becomes a formatter (a test loops over every member,
+so no choice is left unwired). The views below (`EntryView`, `key_evidence`)
+are shared by the human formats, so the terminal table, the Markdown and the
+HTML page say the same thing about each entry.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Mapping, Sequence
+
+from kvdiag.store.sweeps import Sweep
+
+
+class SweepFormatter(ABC):
+    """Turns a sweep into text. Never runs anything, never changes the sweep."""
+
+    #: a file name suffix for `-o` suggestions and artefacts
+    suffix: str = ".txt"
+
+    @abstractmethod
+    def format(self, sweep: Sweep) -> str:
+        raise NotImplementedError
+
+
+class SweepFormat(str, Enum):
+    TABLE = "table"
+    JSON = "json"
+    JUNIT = "junit"
+    SARIF = "sarif"
+    MARKDOWN = "markdown"
+    HTML = "html"
+
+    def to_formatter(self) -> SweepFormatter:
+        if self is SweepFormat.TABLE:
+            from kvdiag.report.formats.table import TableFormat
+            return TableFormat()
+        if self is SweepFormat.JSON:
+            from kvdiag.report.formats.json_format import JsonFormat
+            return JsonFormat()
+        if self is SweepFormat.JUNIT:
+            from kvdiag.report.formats.junit import JUnitFormat
+            return JUnitFormat()
+        if self is SweepFormat.SARIF:
+            from kvdiag.report.formats.sarif import SarifFormat
+            return SarifFormat()
+        if self is SweepFormat.MARKDOWN:
+            from kvdiag.report.formats.markdown import MarkdownFormat
+            return MarkdownFormat()
+        if self is SweepFormat.HTML:
+            from kvdiag.report.formats.html import HtmlFormat
+            return HtmlFormat()
+        raise AssertionError(f"unwired format {self!r}")  # pragma: no cover - the member loop test guards this
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [m.value for m in cls]
+
+
+# --------------------------------------------------------------------------- shared views
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+#: verdicts in the order every summary lists them, worst first
+VERDICT_ORDER = ("confirmed", "error", "inconclusive", "not-reproduced", "skipped", "not-applicable")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def clip(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def primary_attempt(outcome: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The attempt that speaks for the outcome: the first confirmed one, else the first."""
+    attempts = list(outcome.get("attempts") or ())
+    return next((a for a in attempts if a.get("verdict") == "confirmed"), attempts[0] if attempts else None)
+
+
+def _evidence(outcome: Mapping[str, Any]) -> Mapping[str, Any]:
+    attempt = primary_attempt(outcome)
+    return (attempt or {}).get("evidence") or {}
+
+
+def error_count(outcome: Mapping[str, Any]) -> int | None:
+    count = _evidence(outcome).get("error_count")
+    return int(count) if count is not None else None
+
+
+def key_evidence(outcome: Mapping[str, Any], width: int = 90) -> str:
+    """One line: the sanitizer's count and first site when there is one, else what failed, else the reason."""
+    ev = _evidence(outcome)
+    sites = list(ev.get("sites") or ())
+    count = ev.get("error_count")
+    verdict = outcome.get("verdict")
+    if verdict in ("confirmed", "inconclusive") and (sites or count):
+        text = f"{count if count is not None else '?'} error(s)"
+        if sites:
+            text += f" at {sites[0].get('site') or '?'}"
+            if len(sites) > 1:
+                text += f" (+{len(sites) - 1} site{'s' if len(sites) > 2 else ''})"
+        return clip(text, width)
+    if verdict == "confirmed":
+        aborts = list(ev.get("aborts") or ())
+        if aborts:
+            return clip(f"{aborts[0].get('kind', 'abort')}: {aborts[0].get('message', '')}", width)
+        failing = [c for c in ev.get("case_metrics") or () if c.get("status") == "FAIL"]
+        if failing:
+            metrics = failing[0].get("metrics") or []
+            first = f" {metrics[0]['name']} = {metrics[0]['value']} > {metrics[0]['threshold']}" if metrics else ""
+            return clip(f"{len(failing)} failing case(s):{first}", width)
+        quoted = list(ev.get("quoted") or ())
+        if quoted:
+            return clip(strip_ansi(quoted[0]), width)
+    return clip(strip_ansi(str(outcome.get("reason", ""))), width)
+
+
+@dataclass(frozen=True)
+class SiteView:
+    site: str
+    kind: str
+    kernel: str
+    file: str | None
+    line: int | None
+    count: int | None
+    blocks: int | None
+
+
+@dataclass(frozen=True)
+class EntryView:
+    """Everything a human format shows about one entry, every field present."""
+
+    id: str
+    title: str
+    verdict: str
+    k_of_n: str
+    reason: str
+    key_evidence: str
+    duration_s: float
+    error_count: int | None
+    quoted: tuple[str, ...]
+    sites: tuple[SiteView, ...]
+    instantiations: tuple[str, ...]
+    exit: str | None
+    running_case: str | None
+    warnings: tuple[str, ...]
+    command: str | None
+    run_dir: str | None
+    step: str | None
+    attempts: tuple[tuple[int, str, str], ...]   # (index, verdict, reason) of each attempt, when several
+
+    @property
+    def has_detail(self) -> bool:
+        return bool(self.quoted or self.sites or self.instantiations or self.warnings or self.command
+                    or self.exit or self.running_case or len(self.attempts) > 1)
+
+
+def first_command(outcome: Mapping[str, Any]) -> str | None:
+    import shlex
+
+    for attempt in outcome.get("attempts") or ():
+        for command in attempt.get("commands") or ():
+            argv = command.get("argv")
+            if argv:
+                return shlex.join(str(a) for a in argv)
+    return None
+
+
+def entry_view(outcome: Mapping[str, Any]) -> EntryView:
+    ev = _evidence(outcome)
+    attempts = list(outcome.get("attempts") or ())
+    n = outcome.get("n", len(attempts))
+    k = outcome.get("k", sum(1 for a in attempts if a.get("verdict") == "confirmed"))
+    sites = tuple(SiteView(site=str(s.get("site") or "?"), kind=str(s.get("kind") or ""),
+                           kernel=str(s.get("kernel") or ""), file=s.get("file"), line=s.get("line"),
+                           count=s.get("count"), blocks=s.get("blocks"))
+                  for s in ev.get("sites") or ())
+    return EntryView(
+        id=str(outcome["entry"]), title=str(outcome.get("title") or ""), verdict=str(outcome["verdict"]),
+        k_of_n=f"{k}/{n}" if n else "-", reason=strip_ansi(str(outcome.get("reason") or "")),
+        key_evidence=key_evidence(outcome), duration_s=float(outcome.get("duration_s") or 0.0),
+        error_count=error_count(outcome), quoted=tuple(strip_ansi(str(q)) for q in ev.get("quoted") or ()),
+        sites=sites, instantiations=tuple(str(i) for i in ev.get("instantiations") or ()),
+        exit=ev.get("exit"), running_case=ev.get("running_case"),
+        warnings=tuple(str(w) for w in outcome.get("warnings") or ()), command=first_command(outcome),
+        run_dir=outcome.get("run_dir"), step=outcome.get("step"),
+        attempts=tuple((int(a.get("index", i + 1)), str(a.get("verdict")), strip_ansi(str(a.get("reason", ""))))
+                       for i, a in enumerate(attempts)),
+    )
+
+
+def entry_views(sweep: Sweep) -> list[EntryView]:
+    return [entry_view(o) for o in sweep.outcomes]
+
+
+def ordered_counts(sweep: Sweep) -> list[tuple[str, int]]:
+    """(verdict, count) for every verdict, worst first."""
+    counts = sweep.counts()
+    return [(v, counts.get(v, 0)) for v in VERDICT_ORDER]
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = float(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def shard_note(sweep: Sweep) -> str:
+    parts = []
+    if sweep.shard:
+        parts.append(f"shard {sweep.shard} of {len(sweep.selection)} selected entries")
+    if sweep.interrupted:
+        parts.append(f"INTERRUPTED: {len(sweep.outcomes)} of {len(sweep.planned)} entries finished")
+    return "; ".join(parts)
+
+
+__all__: Sequence[str] = (
+    "SweepFormat", "SweepFormatter", "EntryView", "SiteView", "entry_view", "entry_views", "key_evidence",
+    "ordered_counts", "primary_attempt", "strip_ansi", "clip", "first_command", "format_seconds", "shard_note",
+    "VERDICT_ORDER",
+)

@@ -1,0 +1,29 @@
+"""The terminal summary: a header with the target, one row per entry, and the verdict counts."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from kvdiag.report.formats import SweepFormatter, entry_views, format_seconds, ordered_counts, shard_note
+from kvdiag.store.sweeps import Sweep, target_summary
+
+HEADERS = ["id", "verdict", "k/N", "key evidence", "time"]
+
+
+class TableFormat(SweepFormatter):
+    suffix = ".txt"
+
+    def format(self, sweep: Sweep) -> str:
+        t = target_summary(sweep.target)
+        rows = [(v.id, v.verdict, v.k_of_n, v.key_evidence, f"{v.duration_s:.1f} s") for v in entry_views(sweep)]
+        lines = [
+            f"kvdiag {sweep.kvdiag_version} sweep, {sweep.started_at}: build {t.commit_label} "
+            f"({t.build_dir or 'no build'}) on {t.gpu_label}",
+        ]
+        note = shard_note(sweep)
+        if note:
+            lines.append(note)
+        lines += ["", tabulate(rows, headers=HEADERS, disable_numparse=True) if rows else "(no entries)", ""]
+        counts = ", ".join(f"{n} {v}" for v, n in ordered_counts(sweep) if n)
+        lines.append(f"{len(sweep.outcomes)} entries in {format_seconds(sweep.wall_s)}: {counts or 'nothing ran'}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,108 @@
+"""The upstream-ready report of one entry's run: Markdown to paste into an upstream issue as-is.
+
+It reads a finished run from the run store (`runs/<run-id>/run.json`: `entry`,
+`status`, `target`, `outcome`) and the registry entry, and renders
+`report.md.j2`: what happens, the exact command, the exact output, the
+environment and build it was seen on, what is and is not established, and how
+to reproduce it with kvdiag. Nothing is re-run.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Mapping
+
+from kvdiag import __version__
+from kvdiag.errors import UsageError
+from kvdiag.registry.entry import Entry
+from kvdiag.report.formats import entry_view, primary_attempt
+from kvdiag.report.formats.markdown import MARKDOWN_HELPERS, fingerprint_rows, human_time
+from kvdiag.report.templating import render
+from kvdiag.store.runs import RunDir, RunStore
+from kvdiag.store.sweeps import target_summary
+
+
+def find_run(store: RunStore, entry: Entry, run_ref: str | None = "latest") -> RunDir:
+    """The run to report: the newest finished run of the entry, or the run named (which must be the entry's)."""
+    if run_ref in (None, "latest"):
+        run = store.latest_for(entry.id)
+        if run is None:
+            raise UsageError(f"no finished run of {entry.id} in {store.root}: run `kvdiag run {entry.id} --build BUILD` "
+                             f"first")
+        return run
+    run = store.find(run_ref)
+    data = _read(run)
+    if str(data.get("entry", "")).upper() != entry.id.upper():
+        raise UsageError(f"run {run.run_id} is a run of {data.get('entry')!r}, not of {entry.id}")
+    if data.get("status") != "finished" or not isinstance(data.get("outcome"), Mapping):
+        raise UsageError(f"run {run.run_id} did not finish (status {data.get('status')!r}): nothing to report")
+    return run
+
+
+def _read(run: RunDir) -> dict[str, Any]:
+    try:
+        return run.read()
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {run.path / 'run.json'}: {exc}") from None
+
+
+def reproduce_command(entry: Entry, run: Mapping[str, Any]) -> str:
+    """The kvdiag command line that re-runs this: same step, same overrides, the reader's build."""
+    argv = ["kvdiag", "run", entry.id, "--build", "BUILD"]
+    step = run.get("step") or (run.get("outcome") or {}).get("step")
+    if step and entry.steps and step != entry.default_step.name:
+        argv += ["--step", str(step)]
+    for key, value in sorted((run.get("overrides") or {}).items()):
+        argv += ["--set", f"{key}={value}"]
+    return shlex.join(argv).replace("BUILD", "path/to/build")
+
+
+def exact_command(outcome: Mapping[str, Any]) -> str | None:
+    """The first attempt's first command, shell-quoted, exactly as it ran (else the first command of any attempt)."""
+    for attempt in outcome.get("attempts") or ():
+        commands = attempt.get("commands") or ()
+        if commands and commands[0].get("argv"):
+            return shlex.join(str(a) for a in commands[0]["argv"])
+    return None
+
+
+def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: str | None = None) -> str:
+    """Render the report of one finished run (a RunDir, or its run.json as a mapping)."""
+    if isinstance(run, RunDir):
+        run_id = run_id or run.run_id
+        data = _read(run)
+    else:
+        data = dict(run)
+    outcome = data.get("outcome")
+    if not isinstance(outcome, Mapping):
+        raise UsageError(f"run {run_id or '?'} has no outcome: nothing to report")
+    view = entry_view({**outcome, "entry": outcome.get("entry", entry.id), "title": entry.title,
+                       "run_dir": None})
+    t = target_summary(data.get("target"))
+    build_rows, env_rows = fingerprint_rows(t)
+    attempt = primary_attempt(outcome) or {}
+    references = [{"type": r.get("type") or "WEB", "url": r["url"], "note": r.get("note")}
+                  for r in entry.references if r.get("url")]
+    loc = entry.location or {}
+    location = {"component": loc.get("component"), "files": list(loc.get("files") or ()),
+                "functions": list(loc.get("functions") or ()), "lines": loc.get("lines")} if loc else {}
+    return render(
+        "report.md.j2", entry=entry, o=outcome, v=view, t=t, build_rows=build_rows, env_rows=env_rows,
+        command=exact_command(outcome), reproduce=reproduce_command(entry, data), run_id=run_id,
+        when=human_time(_date(run_id)) if run_id else None, attempt_index=attempt.get("index"),
+        established=entry.section("Established"), not_established=entry.section("Not established"),
+        location=location, references=references, aliases=list(entry.aliases),
+        run_version=data.get("kvdiag_version") or __version__, kvdiag_version=__version__,
+        overrides=dict(data.get("overrides") or {}), **MARKDOWN_HELPERS,
+    )
+
+
+def _date(run_id: str) -> str:
+    """`20261129-100000-D2-ab12` -> ISO time (the run store names runs by their UTC start)."""
+    import re
+
+    match = re.match(r"^(\d{4})(\d{2})(\d{2})-(\d{2})(\d{2})(\d{2})-", run_id or "")
+    if not match:
+        return run_id
+    y, mo, d, h, mi, s = match.groups()
+    return f"{y}-{mo}-{d}T{h}:{mi}:{s}+00:00"

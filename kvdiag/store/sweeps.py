@@ -1,0 +1,337 @@
+"""The saved sweep: one JSON file per sweep (or per shard of one), read by every sweep formatter.
+
+A sweep holds plain data only — the target as `Target.to_dict()` gives it and
+each entry's outcome as `Outcome.to_dict()` gives it, plus the entry's `title`
+and `run_dir` (and `files`, the entry's source files, so SARIF can name a
+repository path for a site the sanitizer printed as a basename). Formatters,
+`compare`, `merge` and the history read this, never live engine objects, so a
+sweep saved on the GPU machine renders the same anywhere later.
+
+Shards: `kvdiag sweep --shard i/n` runs a deterministic part of a selection
+(see `kvdiag.engine.sweep.shard_entries`); each shard records the whole
+`selection`, so `merge_sweeps` can prove that shards 1..n of one selection, of
+one target, together cover every entry exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from kvdiag.errors import UsageError
+from kvdiag.store.runs import write_json_atomic
+
+SWEEP_FORMAT = "kvdiag-sweep/1"
+
+_NATURAL = re.compile(r"(\d+)")
+
+
+def entry_sort_key(entry_id: str) -> tuple:
+    """Natural order of ids: D2 before D10 (the order sweeps, shards and reports use)."""
+    parts = _NATURAL.split(entry_id.upper())
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/4"`` -> (2, 4); a UsageError for anything that is not 1 <= i <= n."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not match:
+        raise UsageError(f"a shard is written i/n (e.g. 2/4), got {text!r}")
+    index, count = int(match.group(1)), int(match.group(2))
+    if count < 1 or not 1 <= index <= count:
+        raise UsageError(f"shard {text!r} is out of range: i/n needs 1 <= i <= n")
+    return index, count
+
+
+def shard_ids(ids: Sequence[str], shard: str | None) -> list[str]:
+    """The ids of shard ``"i/n"``: natural id order, dealt round-robin (positions i-1, i-1+n, …).
+
+    Shards 1..n of one list cover each id exactly once; None means all of them.
+    """
+    ordered = sorted(ids, key=entry_sort_key)
+    if shard is None:
+        return ordered
+    index, count = parse_shard(shard)
+    return ordered[index - 1::count]
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Every selected entry's outcome against one target."""
+
+    target: Mapping[str, Any]
+    outcomes: Sequence[Mapping[str, Any]]
+    started_at: str
+    wall_s: float
+    shard: str | None
+    kvdiag_version: str
+    selection: Sequence[str] = ()      # every id of the sweep's selection, before sharding
+    interrupted: bool = False          # Ctrl-C: the outcomes are those that finished
+
+    @property
+    def ids(self) -> list[str]:
+        return [o["entry"] for o in self.outcomes]
+
+    @property
+    def planned(self) -> list[str]:
+        """The ids this sweep (or shard) set out to run."""
+        return shard_ids(self.selection, self.shard)
+
+    def outcome(self, entry_id: str) -> Mapping[str, Any] | None:
+        return next((o for o in self.outcomes if o["entry"] == entry_id), None)
+
+    def counts(self) -> dict[str, int]:
+        """How many entries ended in each verdict, every verdict listed (zeros too), in table order."""
+        from kvdiag.engine.verdict import Verdict
+
+        counts = {v.value: 0 for v in Verdict}
+        for o in self.outcomes:
+            counts[o["verdict"]] = counts.get(o["verdict"], 0) + 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": SWEEP_FORMAT,
+            "kvdiag_version": self.kvdiag_version,
+            "started_at": self.started_at,
+            "wall_s": round(float(self.wall_s), 3),
+            "shard": self.shard,
+            "selection": list(self.selection),
+            "interrupted": self.interrupted,
+            "target": self.target,
+            "outcomes": [dict(o) for o in self.outcomes],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "sweep") -> "Sweep":
+        if not isinstance(data, Mapping):
+            raise UsageError(f"{source}: not a kvdiag sweep (the JSON is not an object)")
+        fmt = data.get("format")
+        if fmt != SWEEP_FORMAT:
+            raise UsageError(f"{source}: not a kvdiag sweep (format {fmt!r}, expected {SWEEP_FORMAT!r})")
+        outcomes = data.get("outcomes")
+        if not isinstance(outcomes, list) or not all(isinstance(o, Mapping) and "entry" in o and "verdict" in o
+                                                     for o in outcomes):
+            raise UsageError(f"{source}: 'outcomes' must be a list of outcomes, each with 'entry' and 'verdict'")
+        return cls(target=data.get("target") or {}, outcomes=outcomes, started_at=str(data.get("started_at", "")),
+                   wall_s=float(data.get("wall_s") or 0.0), shard=data.get("shard"),
+                   kvdiag_version=str(data.get("kvdiag_version", "?")),
+                   selection=list(data.get("selection") or [o["entry"] for o in outcomes]),
+                   interrupted=bool(data.get("interrupted", False)))
+
+
+def sweep_outcome(outcome_dict: Mapping[str, Any], *, title: str, run_dir: str | None,
+                  files: Iterable[str] = ()) -> dict[str, Any]:
+    """One sweep outcome: `Outcome.to_dict()` plus what the formatters need about the entry."""
+    return {**outcome_dict, "title": title, "run_dir": run_dir, "files": list(files)}
+
+
+def save_sweep(sweep: Sweep, path: Path) -> Path:
+    write_json_atomic(Path(path), sweep.to_dict())
+    return Path(path)
+
+
+def load_sweep(path: Path) -> Sweep:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"no such sweep file: {path}") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: cannot read the sweep: {exc}") from None
+    return Sweep.from_dict(data, source=str(path))
+
+
+# --------------------------------------------------------------------------- target identity
+
+
+def target_identity(target: Mapping[str, Any]) -> dict[str, Any]:
+    """What makes two shards "the same target": the build's code and flags, and the machine's key.
+
+    The key (`Environment.key()`) hashes GPU names and compute capabilities,
+    driver, runtime, nvcc and compute-sanitizer versions. Host name and build
+    folder are left out on purpose: shards may run on identical machines, each
+    with its own checkout of the same commit.
+    """
+    build = target.get("build") or {}
+    git = build.get("git") or {}
+    env = target.get("environment") or {}
+    return {
+        "commit": git.get("commit"),
+        "dirty": git.get("dirty"),
+        "dirty_files": sorted(git.get("dirty_files") or []),
+        "cuda_architectures": build.get("cuda_architectures"),
+        "cuda_flags": build.get("cuda_flags"),
+        "build_type": build.get("build_type"),
+        "options": build.get("options") or {},
+        "machine_key": env.get("key"),
+    }
+
+
+@dataclass(frozen=True)
+class TargetSummary:
+    """A flat, always-complete view of a target dict (every field present, None when unknown)."""
+
+    commit: str | None
+    short: str | None
+    describe: str | None
+    branch: str | None
+    dirty: bool | None
+    dirty_count: int | None
+    build_dir: str | None
+    source_dir: str | None
+    build_type: str | None
+    generator: str | None
+    cuda_architectures: str | None
+    cuda_flags: str | None
+    cuda_compiler_version: str | None
+    lineinfo: bool | None
+    lineinfo_source: str | None
+    staleness: str
+    gpu_name: str | None
+    gpu_count: int
+    cc: str | None
+    arch: str | None
+    driver: str | None
+    driver_cuda: str | None
+    runtime: str | None
+    sanitizer_version: str | None
+    nvcc: str | None
+    machine_key: str | None
+    hostname: str | None
+    os: str | None
+
+    @property
+    def commit_label(self) -> str:
+        if not self.commit:
+            return "unknown commit"
+        label = self.short or self.commit[:10]
+        if self.dirty:
+            label += f" +{self.dirty_count} uncommitted" if self.dirty_count else " (dirty)"
+        return label
+
+    @property
+    def gpu_label(self) -> str:
+        if not self.gpu_name:
+            return "no GPU"
+        extra = f" (cc {self.cc})" if self.cc else ""
+        many = f" ×{self.gpu_count}" if self.gpu_count > 1 else ""
+        return f"{self.gpu_name}{extra}{many}"
+
+
+def target_summary(target: Mapping[str, Any] | None) -> TargetSummary:
+    target = target or {}
+    build = target.get("build") or {}
+    git = build.get("git") or {}
+    env = target.get("environment") or {}
+    gpu = env.get("gpu") or {}
+    devices = gpu.get("devices") or []
+    first = devices[0] if devices else {}
+    tools = env.get("tools") or {}
+    host = env.get("host") or {}
+    return TargetSummary(
+        commit=git.get("commit"), short=git.get("short"), describe=git.get("describe"), branch=git.get("branch"),
+        dirty=git.get("dirty"), dirty_count=git.get("dirty_count"),
+        build_dir=build.get("build_dir"), source_dir=build.get("source_dir"), build_type=build.get("build_type"),
+        generator=build.get("generator"), cuda_architectures=build.get("cuda_architectures"),
+        cuda_flags=build.get("cuda_flags"), cuda_compiler_version=build.get("cuda_compiler_version"),
+        lineinfo=build.get("lineinfo") if build else None, lineinfo_source=build.get("lineinfo_source"),
+        staleness=_staleness_text(build.get("staleness")) if build else "no build",
+        gpu_name=first.get("name"), gpu_count=len(devices), cc=first.get("compute_capability"),
+        arch=first.get("arch"), driver=gpu.get("driver_version"), driver_cuda=gpu.get("driver_cuda_version"),
+        runtime=gpu.get("runtime_version"), sanitizer_version=tools.get("compute_sanitizer"), nvcc=tools.get("nvcc"),
+        machine_key=env.get("key"), hostname=host.get("hostname"), os=host.get("os"),
+    )
+
+
+def _staleness_text(staleness: Mapping[str, Any] | None) -> str:
+    if not staleness:
+        return "not checked"
+    if not staleness.get("checked"):
+        return f"not checked ({staleness.get('detail') or 'no reason given'})"
+    tool = staleness.get("tool") or "dry run"
+    if staleness.get("stale"):
+        return f"STALE: {staleness.get('pending_count', '?')} build step(s) pending ({tool})"
+    if staleness.get("stale") is None:
+        return f"unknown ({tool}: {staleness.get('detail') or 'no detail'})"
+    return f"current with its sources ({tool})"
+
+
+# --------------------------------------------------------------------------- merging shards
+
+
+def merge_sweeps(sweeps: Sequence[Sweep]) -> Sweep:
+    """Shards 1..n of one selection and one target -> the sweep that running it unsharded gives.
+
+    Refuses (UsageError, naming the problem): a sweep that is not a shard, shards
+    of different counts or selections, a missing or repeated shard, an
+    interrupted shard, shards of different targets (see `target_identity`),
+    an entry in two shards, and a selection entry in none.
+    """
+    sweeps = list(sweeps)
+    if not sweeps:
+        raise UsageError("nothing to merge: give the shards' sweep files")
+    shards = []
+    for i, s in enumerate(sweeps, start=1):
+        if not s.shard:
+            raise UsageError(f"sweep #{i} (started {s.started_at}) is not a shard: merge takes the files of "
+                             f"`kvdiag sweep --shard i/n`")
+        shards.append(parse_shard(s.shard))
+    counts = {n for _, n in shards}
+    if len(counts) != 1:
+        raise UsageError(f"the shards split the selection differently: {', '.join(s.shard for s in sweeps)}")
+    count = counts.pop()
+    indexes = [i for i, _ in shards]
+    repeated = sorted({i for i in indexes if indexes.count(i) > 1})
+    if repeated:
+        raise UsageError(f"shard(s) {', '.join(f'{i}/{count}' for i in repeated)} given more than once")
+    missing = sorted(set(range(1, count + 1)) - set(indexes))
+    if missing:
+        raise UsageError(f"incomplete: shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing")
+    interrupted = [s.shard for s in sweeps if s.interrupted]
+    if interrupted:
+        raise UsageError(f"shard(s) {', '.join(interrupted)} were interrupted: run them again before merging")
+    first = sweeps[0]
+    base = target_identity(first.target)
+    for s in sweeps[1:]:
+        other = target_identity(s.target)
+        if other != base:
+            diff = ", ".join(f"{k}: {base[k]!r} vs {other[k]!r}" for k in base if base[k] != other[k])
+            raise UsageError(f"shards {first.shard} and {s.shard} ran against different targets ({diff})")
+        if sorted(s.selection, key=entry_sort_key) != sorted(first.selection, key=entry_sort_key):
+            raise UsageError(f"shards {first.shard} and {s.shard} come from different selections of entries")
+    seen: dict[str, str] = {}
+    for s in sweeps:
+        for entry_id in s.ids:
+            if entry_id in seen:
+                raise UsageError(f"{entry_id} is in both shard {seen[entry_id]} and shard {s.shard}")
+            seen[entry_id] = s.shard or "?"
+    absent = sorted(set(first.selection) - set(seen), key=entry_sort_key)
+    if absent:
+        raise UsageError(f"incomplete: no shard has an outcome for {', '.join(absent)}")
+    outcomes = sorted((o for s in sweeps for o in s.outcomes), key=lambda o: entry_sort_key(o["entry"]))
+    starts = [(s, _parse_time(s.started_at)) for s in sweeps]
+    if all(t is not None for _, t in starts):
+        begin = min(t for _, t in starts)
+        end = max(t.timestamp() + s.wall_s for s, t in starts)
+        started_at, wall_s = begin.isoformat(), end - begin.timestamp()
+    else:
+        started_at, wall_s = min(s.started_at for s in sweeps), max(s.wall_s for s in sweeps)
+    return replace(first, outcomes=outcomes, started_at=started_at, wall_s=wall_s, shard=None,
+                   selection=sorted(first.selection, key=entry_sort_key), interrupted=False)
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+
