@@ -1,0 +1,410 @@
+"""``kvdiag probe …``, ``kvdiag verify`` and ``kvdiag bisect`` (and the hidden ``bisect-step``).
+
+Registered in kvdiag/cli.py with ``cli.add_command``; each takes the CLI's
+``Context`` (for ``.registry``) through ``click.pass_obj``. Like every command,
+they return an exit code and raise kvdiag's errors for ``main`` to print.
+
+``bisect-step`` is what ``git bisect run`` calls at each commit; it answers in
+git's convention (0 good, 1 bad, 125 skip) and never raises. It also runs
+without the main CLI as ``python -m kvdiag.commands.probes bisect-step …``,
+which is how ``kvdiag bisect`` calls it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import click
+from tabulate import tabulate
+
+from kvdiag.errors import UsageError
+from kvdiag.exitcodes import ExitCode
+
+PROBES_HELP = "Folder of probe files (default: the project's probes/)."
+
+
+def _probe_set(probes_dir: Path | None):
+    from kvdiag.probes.patch import load_probes
+
+    return load_probes(probes_dir)
+
+
+def _probes_option(fn):
+    return click.option("--probes", "probes_dir", type=click.Path(path_type=Path), envvar="KVDIAG_PROBES",
+                        default=None, help=PROBES_HELP)(fn)
+
+
+def _registry(obj):
+    if obj is None or not hasattr(obj, "registry"):
+        from kvdiag.registry.loader import load_registry
+
+        return load_registry(None)
+    return obj.registry
+
+
+# --------------------------------------------------------------------------- probe
+
+
+@click.group("probe")
+def probe_group() -> None:
+    """Probe patches: list them, check a stack applies, apply it to a scratch worktree, revert, drop.
+
+    Probes are applied only in worktrees kvdiag makes (`git worktree add --detach`),
+    never in your working tree. In a llama.cpp tree ggml lives under ggml/: kvdiag
+    sees that and applies with --directory=ggml.
+    """
+
+
+@probe_group.command("list")
+@_probes_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def probe_list(probes_dir: Path | None, fmt: str) -> int:
+    """Every probe: name, defect, kind, whether output stays correct, where it applies, what it requires."""
+    probes = _probe_set(probes_dir)
+    if fmt == "json":
+        click.echo(json.dumps([p.to_dict() for p in probes], indent=2))
+    else:
+        click.echo(tabulate([_list_row(p) for p in probes],
+                            headers=["name", "defect", "kind", "output-correct", "repository@commit", "requires"]))
+    for problem in probes.problems:
+        click.echo(f"kvdiag: probe problem: {problem}", err=True)
+    return int(ExitCode.DATA) if probes.problems else 0
+
+
+def _list_row(probe) -> tuple[str, ...]:
+    correct = {True: "yes", False: "no", None: "to check"}[probe.keeps_output_correct]
+    repo = probe.repository.rstrip("/").removesuffix(".git")
+    repo = "/".join(repo.split("/")[-2:]) if "://" in repo else repo
+    return (probe.name, probe.defect, probe.kind, correct, f"{repo}@{probe.commit[:12]}",
+            ", ".join(probe.requires) or "-")
+
+
+@probe_group.command("check")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--source", type=click.Path(path_type=Path), required=True, help="The git checkout to check against.")
+@click.option("--commit", default="HEAD", show_default=True, help="The commit of SOURCE to check against.")
+@_probes_option
+def probe_check(names: tuple[str, ...], source: Path, commit: str, probes_dir: Path | None) -> int:
+    """Dry-run a stack: `git apply --check` of each probe, in order, on a temporary worktree.
+
+    Exit 0 when every probe applies on top of the ones before it; 1 naming the
+    probe that does not, what it conflicts with, and git's own error lines.
+    """
+    from kvdiag.probes.stack import check_stack, order_stack
+
+    stack = order_stack(names, _probe_set(probes_dir))
+    with tempfile.TemporaryDirectory(prefix="kvdiag-probe-check-") as logs:
+        result = check_stack(source, commit, stack, log_dir=Path(logs))
+    click.echo(f"stack on {result.commit[:12]}: {' -> '.join(p.name for p in result.order)}")
+    for line in result.lines():
+        click.echo(line)
+    return 0 if result.ok else int(ExitCode.CONFIRMED)
+
+
+@probe_group.command("apply")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--into", "into", type=click.Path(path_type=Path), required=True,
+              help="Worktree folder: created (absent or empty), or one `probe apply` made before.")
+@click.option("--source", type=click.Path(path_type=Path), help="The git checkout (not needed to add to an existing worktree).")
+@click.option("--commit", default="HEAD", show_default=True, help="The commit of SOURCE the worktree starts at.")
+@_probes_option
+def probe_apply(names: tuple[str, ...], into: Path, source: Path | None, commit: str, probes_dir: Path | None) -> int:
+    """Make a worktree at INTO with the stack applied, and print its path (build there).
+
+    The worktree is kvdiag's (recorded in INTO/.kvdiag-probes.json): `kvdiag probe
+    revert` takes probes out again, `kvdiag probe drop INTO` removes it.
+    """
+    from kvdiag.probes.stack import explain_conflict, order_stack
+    from kvdiag.probes.worktree import RECORD_FILE, Worktree, add_worktree, read_record, remove_worktree
+
+    probes = _probe_set(probes_dir)
+    stack = order_stack(names, probes)
+    with tempfile.TemporaryDirectory(prefix="kvdiag-probe-apply-") as tmp:
+        logs = Path(tmp)
+        existing = (into / RECORD_FILE).is_file()
+        if existing:
+            record = read_record(into)
+            worktree = Worktree(path=into.absolute(), source=Path(record["source"]), commit=record["commit"],
+                                log_dir=logs, applied=list(record.get("applied", [])))
+        else:
+            if source is None:
+                raise UsageError(f"--source is needed to make a new worktree at {into}")
+            worktree = add_worktree(source, commit, into, logs)
+        applied_before = list(worktree.applied)
+        todo = [p for p in stack if p.name not in worktree.applied]
+        for i, probe in enumerate(todo):
+            checked = worktree.check(probe)
+            if not checked.ok or not worktree.apply(probe).ok:
+                earlier = [probes.get(n) for n in applied_before] + todo[:i]
+                click.echo(f"FAIL {probe.name}", err=True)
+                if existing:
+                    click.echo(f"{probe.name} does not apply on top of {', '.join(worktree.applied) or 'the commit'}:",
+                               err=True)
+                    for line in checked.errors:
+                        click.echo(f"  {line}", err=True)
+                    for done in reversed(todo[:i]):
+                        worktree.revert(done)
+                    worktree.write_record()
+                else:
+                    conflict = explain_conflict(worktree, probe, earlier, checked)
+                    click.echo(conflict.describe(worktree.commit) + ":", err=True)
+                    for line in conflict.errors:
+                        click.echo(f"  {line}", err=True)
+                    remove_worktree(worktree.source, worktree.path, logs)
+                    click.echo(f"worktree {into} removed", err=True)
+                return int(ExitCode.CONFIRMED)
+            click.echo(f"applied {probe.name}" + (f" (--directory={checked.directory})" if checked.directory else ""),
+                       err=True)
+        worktree.write_record()
+    click.echo(str(worktree.path))
+    return 0
+
+
+@probe_group.command("revert")
+@click.argument("names", nargs=-1)
+@click.option("--worktree", "worktree_dir", type=click.Path(path_type=Path), required=True,
+              help="A worktree made by `kvdiag probe apply`.")
+@_probes_option
+def probe_revert(names: tuple[str, ...], worktree_dir: Path, probes_dir: Path | None) -> int:
+    """Take probes out again (`git apply -R`, in reverse order); with no NAMES, all of them."""
+    from kvdiag.probes.worktree import Worktree, read_record
+
+    record = read_record(worktree_dir)
+    probes = _probe_set(probes_dir)
+    applied = list(record.get("applied", []))
+    wanted = list(names) or applied
+    unknown = [n for n in wanted if n not in applied]
+    if unknown:
+        raise UsageError(f"not applied in {worktree_dir}: {', '.join(unknown)} (applied: {', '.join(applied) or 'none'})")
+    staying = [probes.get(n) for n in applied if n not in wanted]
+    for probe in staying:
+        needed = [r for r in probe.requires if r in wanted]
+        if needed:
+            raise UsageError(f"{probe.name} stays applied and requires {', '.join(needed)}: revert it too")
+    with tempfile.TemporaryDirectory(prefix="kvdiag-probe-revert-") as tmp:
+        worktree = Worktree(path=worktree_dir.absolute(), source=Path(record["source"]), commit=record["commit"],
+                            log_dir=Path(tmp), applied=applied)
+        for name in reversed(applied):
+            if name not in wanted:
+                continue
+            probe = probes.get(name)
+            result = worktree.revert(probe)
+            if not result.ok:
+                worktree.write_record()
+                click.echo(f"{name} cannot be reverted (the worktree was edited?):", err=True)
+                for line in result.errors:
+                    click.echo(f"  {line}", err=True)
+                return int(ExitCode.CONFIRMED)
+            click.echo(f"reverted {name}")
+        worktree.write_record()
+    return 0
+
+
+@probe_group.command("drop")
+@click.argument("worktree_dir", type=click.Path(path_type=Path))
+def probe_drop(worktree_dir: Path) -> int:
+    """Remove a worktree `kvdiag probe apply` made (`git worktree remove --force`, then prune)."""
+    from kvdiag.probes.worktree import read_record, remove_worktree
+
+    record = read_record(worktree_dir)
+    with tempfile.TemporaryDirectory(prefix="kvdiag-probe-drop-") as tmp:
+        problems = remove_worktree(Path(record["source"]), worktree_dir.absolute(), Path(tmp))
+    for problem in problems:
+        click.echo(f"kvdiag: {problem}", err=True)
+    if worktree_dir.exists():
+        raise UsageError(f"{worktree_dir} could not be removed")
+    click.echo(f"removed {worktree_dir}")
+    return 0
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def _recipe(entry, configure_cmd, build_cmd, reference, jobs, build_timeout=None):
+    from kvdiag.engine.verify import BUILD_TIMEOUT_S, BuildRecipe
+
+    return BuildRecipe(configure_cmd=configure_cmd, build_cmd=build_cmd, reference=reference,
+                       targets=tuple(entry.requires.get("binaries", ())), jobs=jobs,
+                       build_timeout=build_timeout or BUILD_TIMEOUT_S)
+
+
+def _inspect(build_dir: Path | None):
+    if build_dir is None:
+        return None
+    from kvdiag.target.build import inspect_build
+
+    with tempfile.TemporaryDirectory(prefix="kvdiag-inspect-") as tmp:
+        return inspect_build(build_dir, log_dir=Path(tmp), check_staleness=False)
+
+
+@click.command("verify")
+@click.argument("entry_id")
+@click.option("--source", type=click.Path(path_type=Path), required=True, help="The git checkout the fix applies to.")
+@click.option("--probe", "probe_names", multiple=True, required=True, help="A fix probe (repeat for a stack).")
+@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
+              help="Your build: BEFORE runs against it, and its CMake configuration is reused for AFTER.")
+@click.option("--configure-cmd", help="Configure command; {source} and {build} are substituted (no shell).")
+@click.option("--build-cmd", help="Build command; {source}, {build} and {jobs} are substituted (no shell).")
+@click.option("--commit", default="HEAD", show_default=True, help="The commit of SOURCE to apply the fix to.")
+@click.option("--keep", is_flag=True, help="Keep the scratch worktree and build.")
+@click.option("-j", "--jobs", type=click.IntRange(1, 1024), help="Build jobs (default: the CPU count).")
+@click.option("--numeric-params", help="Also run the numeric test over this case regex (e.g. hsk=256).")
+@click.option("--step", help="The repro step (default: the entry's default).")
+@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--build-timeout", type=click.IntRange(1, 10**6), help="Seconds a build may take (default 4 h).")
+@_probes_option
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.pass_obj
+def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, build_cmd, commit, keep, jobs,
+               numeric_params, step, sanitizer, build_timeout, probes_dir, fmt, quiet) -> int:
+    """Verify a fix: the repro before and after the probe stack, and the numeric test.
+
+    \b
+    Exit 0  fix verified (confirmed before, not reproduced after, numeric test passed)
+    Exit 1  not verified (still reproduces, or the fix breaks results)
+    Exit 4  inconclusive (including a patched tree that does not build)
+    Exit 64/70  usage error (a probe that does not apply) / harness failure
+    """
+    from kvdiag.engine.progress import Progress
+    from kvdiag.engine.verify import BuildFailed, VerifyRequest, render_report, verify_fix
+    from kvdiag.home import kvdiag_home
+    from kvdiag.probes.stack import order_stack
+
+    entry = _registry(obj).get(entry_id)
+    stack = order_stack(probe_names, _probe_set(probes_dir))
+    if build_dir is not None and not build_dir.exists():
+        raise UsageError(f"build folder does not exist: {build_dir}")
+    reference = _inspect(build_dir)
+    recipe = _recipe(entry, configure_cmd, build_cmd, reference, jobs, build_timeout)
+    request = VerifyRequest(entry=entry, source=source, stack=stack, recipe=recipe, build_dir=build_dir,
+                            commit=commit, keep=keep, numeric_params=numeric_params, sanitizer=sanitizer, step=step)
+    progress = Progress(enabled=not quiet and fmt == "text")
+    try:
+        report = verify_fix(request, home=kvdiag_home(), progress=progress)
+    except BuildFailed as exc:
+        click.echo(f"kvdiag: {exc.report()}", err=True)
+        click.echo("kvdiag: scratch worktree and build removed" if not keep else "kvdiag: scratch tree kept (--keep)",
+                   err=True)
+        return int(ExitCode.INCONCLUSIVE)
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        click.echo(render_report(report), nl=False)
+    return report.exit_code
+
+
+# --------------------------------------------------------------------------- bisect
+
+
+@click.command("bisect")
+@click.argument("entry_id")
+@click.option("--source", type=click.Path(path_type=Path), required=True, help="The git checkout to bisect.")
+@click.option("--good", required=True, help="A commit without the defect.")
+@click.option("--bad", required=True, help="A commit with the defect.")
+@click.option("--build-cmd", help="Build command at each commit; {source}, {build}, {jobs} substituted (no shell).")
+@click.option("--configure-cmd", help="Configure command at each commit; {source} and {build} substituted.")
+@click.option("--build", "build_dir", type=click.Path(path_type=Path),
+              help="Reuse this build's CMake configuration at each commit (instead of --configure-cmd).")
+@click.option("-j", "--jobs", type=click.IntRange(1, 1024), help="Build jobs (default: the CPU count).")
+@click.option("--step", help="The repro step (default: the entry's default).")
+@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--timeout", type=click.IntRange(1, 10**7), default=24 * 3600, show_default=True,
+              help="Seconds the whole bisection may take.")
+@click.option("--keep", is_flag=True, help="Keep the scratch worktree and build.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.pass_obj
+def bisect_cmd(obj, entry_id, source, good, bad, build_cmd, configure_cmd, build_dir, jobs, step, sanitizer, timeout,
+               keep, fmt, quiet) -> int:
+    """Find the commit that introduced a defect (`git bisect run` in a scratch worktree).
+
+    Each commit is built and the entry run: not-reproduced is good, confirmed is
+    bad, and anything else (a build failure, skipped, inconclusive) is skipped —
+    never blamed. Exit 0 when a first bad commit was found, 4 when skipped
+    commits leave it ambiguous or git could not name one.
+    """
+    from kvdiag.engine.bisect import BisectRequest, render_bisect, run_bisect
+    from kvdiag.engine.progress import Progress
+    from kvdiag.home import kvdiag_home
+
+    registry = _registry(obj)
+    entry = registry.get(entry_id)
+    if build_dir is not None and not build_dir.exists():
+        raise UsageError(f"build folder does not exist: {build_dir}")
+    _recipe(entry, configure_cmd, build_cmd, _inspect(build_dir), jobs)   # validates the combination now
+    request = BisectRequest(entry=entry, source=source, good=good, bad=bad, configure_cmd=configure_cmd,
+                            build_cmd=build_cmd, reference_build=build_dir.absolute() if build_dir else None,
+                            jobs=jobs, registry_dir=registry.root, step=step, sanitizer=sanitizer,
+                            timeout=float(timeout), keep=keep)
+    report = run_bisect(request, home=kvdiag_home(), progress=Progress(enabled=not quiet and fmt == "text"))
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        click.echo(render_bisect(report), nl=False)
+    return report.exit_code
+
+
+@click.command("bisect-step", hidden=True)
+@click.argument("entry_id")
+@click.option("--source", type=click.Path(path_type=Path), required=True)
+@click.option("--build-dir", type=click.Path(path_type=Path), required=True)
+@click.option("--record", type=click.Path(path_type=Path))
+@click.option("--configure-cmd")
+@click.option("--build-cmd")
+@click.option("--build", "reference_dir", type=click.Path(path_type=Path))
+@click.option("-j", "--jobs", type=click.IntRange(1, 1024))
+@click.option("--registry", "registry_dir", type=click.Path(path_type=Path))
+@click.option("--step")
+@click.option("--sanitizer", type=click.Path(path_type=Path))
+@click.pass_obj
+def bisect_step_cmd(obj, entry_id, source, build_dir, record, configure_cmd, build_cmd, reference_dir, jobs,
+                    registry_dir, step, sanitizer) -> int:
+    """One step of `git bisect run`: build this commit, run the entry; exit 0 good, 1 bad, 125 skip."""
+    from kvdiag.engine.bisect import SKIP, StepRecord, append_step, bisect_step
+    from kvdiag.engine.progress import Progress
+    from kvdiag.home import kvdiag_home
+
+    try:
+        if registry_dir is not None:
+            from kvdiag.registry.loader import load_registry
+
+            registry = load_registry(registry_dir)
+        else:
+            registry = _registry(obj)
+        entry = registry.get(entry_id)
+        recipe = _recipe(entry, configure_cmd, build_cmd, _inspect(reference_dir), jobs)
+    except Exception as exc:  # noqa: BLE001 - git bisect run must get 125, not a traceback
+        click.echo(f"kvdiag bisect-step: {exc}", err=True)
+        if record is not None:
+            append_step(record, StepRecord("unknown", "error", str(exc), SKIP))
+        return SKIP
+    code = bisect_step(entry, source=source, build_dir=build_dir, recipe=recipe, home=kvdiag_home(), record=record,
+                       step=step, sanitizer=sanitizer, progress=Progress(enabled=True, interval=0))
+    click.echo(f"kvdiag bisect-step: exit {code} ({ {0: 'good', 1: 'bad'}.get(code, 'skip') })", err=True)
+    return code
+
+
+COMMANDS = (probe_group, verify_cmd, bisect_cmd, bisect_step_cmd)
+
+
+def _standalone(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvdiag.commands.probes bisect-step …`` without the main CLI."""
+    group = click.Group("kvdiag", commands={c.name: c for c in COMMANDS})
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = group.main(args=args, prog_name="kvdiag", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return 125 if args[:1] == ["bisect-step"] else int(ExitCode.USAGE)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        return int(ExitCode.INTERRUPTED)
+    return int(result) if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_standalone())

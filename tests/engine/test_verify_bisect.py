@@ -1,0 +1,357 @@
+"""kvdiag verify and kvdiag bisect on a synthetic project (CPU only, no GPU, no sanitizer).
+
+The project (tests/scenarios/git/project) "compiles" kernel.txt into a fake
+bin/test-backend-ops: a line "divergent" makes it print a barrier error for the
+hsk=256 cases (the synthetic entry's signature), "wrong" makes every case FAIL,
+"syntax error" makes build.py exit 1. Its configure/build commands are passed
+the way a user passes theirs: --configure-cmd / --build-cmd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from kvdiag.engine.bisect import SKIP
+from kvdiag.engine.verify import BuildRecipe, Conclusion, cmake_configure_argv, substitute
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT = REPO / "tests" / "scenarios" / "git" / "project"
+PY = shlex.quote(sys.executable)
+CONFIGURE = f"{PY} {{source}}/configure.py {{build}}"
+BUILD = f"{PY} {{source}}/build.py {{build}}"
+
+ENTRY = """\
+```toml
+[defect]
+id = "D90"
+title = "Synthetic divergent barrier"
+summary = "The synthetic project's kernel reaches a barrier divergently for hsk=256 cases."
+owner = "upstream"
+status = "open"
+severity = "low"
+reported = "2026-01-01"
+modified = "2026-01-02"
+
+[location]
+component = "synthetic/kernel"
+files = ["kernel.txt"]
+
+[requires]
+binaries = ["test-backend-ops"]
+gpu = false
+sanitizer = false
+
+[[repro]]
+name = "fast"
+kind = "backend-ops"
+default = true
+description = "One hsk=256 case; the fake program prints the barrier error."
+argv = ["{{ bin['test-backend-ops'] }}", "test", "-o", "{{ op }}", "-b", "{{ backend }}", "-p", "{{ params }}"]
+timeout = 30
+vars = { op = "FLASH_ATTN_EXT", params = 'hsk=256,hsv=256,nh=4,kv=512' }
+
+[[repro]]
+name = "numeric"
+kind = "backend-ops"
+description = "The same case, read for OK/FAIL only."
+argv = ["{{ bin['test-backend-ops'] }}", "test", "-o", "{{ op }}", "-b", "{{ backend }}", "-p", "{{ params }}"]
+timeout = 30
+vars = { op = "FLASH_ATTN_EXT", params = 'hsk=256,hsv=256,nh=4,kv=512' }
+
+[[signature]]
+type = "output"
+step = "fast"
+pattern = "Barrier error detected"
+```
+
+# D90 — synthetic
+"""
+
+PROBE = """\
+kvdiag-probe: {name}
+defect: D90
+kind: fix
+repository: https://example.invalid/synthetic
+commit: 0123456789abcdef0123456789abcdef01234567
+path-prefix: kernel.txt
+output-correct: expected yes
+requires: none
+summary: {summary}
+---
+diff --git a/kernel.txt b/kernel.txt
+--- a/kernel.txt
++++ b/kernel.txt
+@@ -1,3 +1,3 @@
+ kernel v1
+-barrier: divergent
++barrier: {new}
+ end
+"""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
+    return done.stdout.strip()
+
+
+def commit(repo: Path, message: str, kernel: str | None = None, **files: str) -> str:
+    if kernel is not None:
+        (repo / "kernel.txt").write_text(f"kernel v1\nbarrier: {kernel}\nend\n")
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def new_project(root: Path, kernel: str) -> Path:
+    root.mkdir(parents=True)
+    git(root, "-c", "init.defaultBranch=main", "init", "-q")
+    for item in PROJECT.iterdir():
+        if item.suffix == ".py":
+            shutil.copy(item, root / item.name)
+    commit(root, "project", kernel=kernel, README="synthetic\n")
+    return root
+
+
+def run_cli(args: list[str]) -> int:
+    from kvdiag.cli import cli, main
+    from kvdiag.commands.probes import COMMANDS
+
+    for command in COMMANDS:
+        if command.name not in cli.commands:
+            cli.add_command(command)
+    return main(args)
+
+
+def worktrees(repo: Path) -> list[str]:
+    return [ln.split(" ", 1)[1] for ln in git(repo, "worktree", "list", "--porcelain").splitlines()
+            if ln.startswith("worktree ")]
+
+
+def scratch_dirs() -> list[str]:
+    """What kvdiag left in the temporary folder (the env fixture gives each test its own)."""
+    return sorted(p.name for p in Path(tempfile.gettempdir()).iterdir())
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Isolated git and kvdiag home; the registry holding the synthetic entry D90."""
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    home = tmp_path / "home-dir"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("KVDIAG_HOME", str(tmp_path / "kvdiag-home"))
+    monkeypatch.delenv("LLAMA_KV_BUILD", raising=False)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    for role in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{role}_NAME", "Test")
+        monkeypatch.setenv(f"GIT_{role}_EMAIL", "test@example.invalid")
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    (registry / "D90.md").write_text(ENTRY)
+    return registry
+
+
+@pytest.fixture
+def project(tmp_path: Path, env: Path) -> Path:
+    """The user's checkout (defect present), with an untracked file of theirs, and its built build dir."""
+    src = new_project(tmp_path / "src", kernel="divergent")
+    (src / "my-notes.txt").write_text("untracked work of the user\n")
+    build = tmp_path / "user-build"
+    for cmd in (CONFIGURE, BUILD):
+        subprocess.run(substitute(cmd, {"source": str(src), "build": str(build)}), check=True, capture_output=True)
+    return src
+
+
+@pytest.fixture
+def probes(tmp_path: Path) -> Path:
+    folder = tmp_path / "probes"
+    folder.mkdir()
+    (folder / "fix-uniform.patch").write_text(PROBE.format(name="fix-uniform", new="uniform",
+                                                           summary="Make the barrier uniform."))
+    (folder / "fix-wrong.patch").write_text(PROBE.format(name="fix-wrong", new="uniform but wrong",
+                                                         summary="Uniform barrier, wrong arithmetic."))
+    (folder / "stale.patch").write_text(PROBE.format(name="stale", new="uniform", summary="Out of date.")
+                                        .replace("-barrier: divergent", "-barrier: something else"))
+    return folder
+
+
+def verify_args(env: Path, src: Path, probes: Path, probe: str, *extra: str) -> list[str]:
+    return ["--registry", str(env), "verify", "D90", "--source", str(src), "--probe", probe,
+            "--probes", str(probes), "--configure-cmd", CONFIGURE, "--build-cmd", BUILD, "--quiet", *extra]
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def test_fix_is_verified_against_the_users_build(project: Path, env: Path, probes: Path, tmp_path: Path, capsys):
+    status = git(project, "status", "--porcelain")
+    code = run_cli(verify_args(env, project, probes, "fix-uniform", "--build", str(tmp_path / "user-build"),
+                               "--format", "json"))
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 0, captured.err
+    assert report["before"]["verdict"] == "confirmed"
+    assert report["after"]["verdict"] == "not-reproduced"
+    assert report["conclusion"] == Conclusion.VERIFIED.value
+    numeric = report["after"]["numeric"]
+    assert [(n["executed"], n["passed"], n["failed"], n["ok"]) for n in numeric] == [(1, 1, 0, True)]
+    assert report["before"]["build_dir"] == str(tmp_path / "user-build")
+    assert report["after"]["configure_s"] is not None and report["after"]["build_s"] is not None
+    # runs are recorded in the run store like any run
+    for side in ("before", "after"):
+        run = json.loads((Path(report[side]["run_dir"]) / "run.json").read_text())
+        assert run["entry"] == "D90" and run["outcome"]["verdict"] == report[side]["verdict"]
+    # the user's tree is untouched and nothing of the scratch tree is left
+    assert report["source_status_unchanged"] is True
+    assert git(project, "status", "--porcelain") == status
+    assert "barrier: divergent" in (project / "kernel.txt").read_text()
+    assert worktrees(project) == [str(project)]
+    assert not Path(report["after"]["build_dir"]).exists()
+    assert scratch_dirs() == []
+
+
+def test_fix_that_breaks_results_is_not_verified(project: Path, env: Path, probes: Path, tmp_path: Path,
+                                                 capsys):
+    code = run_cli(verify_args(env, project, probes, "fix-wrong", "--build", str(tmp_path / "user-build"),
+                               "--numeric-params", "hsk=256"))
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "conclusion: fix silences the signature but breaks results" in out
+    assert "  numeric: 1 case(s) FAIL (first: FLASH_ATTN_EXT(hsk=256,hsv=256,nh=4,kv=512))" in out
+    rows = {line.split("  ")[0]: line for line in out.splitlines()}
+    # test-backend-ops exits 1 when a case FAILs: the AFTER repro is inconclusive, its signature gone
+    assert rows["verdict"].split() == ["verdict", "confirmed", "inconclusive"]
+    assert "1 OK / 0 FAIL" in rows["numeric"] and "0 OK / 1 FAIL" in rows["numeric"]
+    assert "2 OK / 0 FAIL" in rows["numeric /hsk=256/"] and "0 OK / 2 FAIL" in rows["numeric /hsk=256/"]
+    assert "source tree: untouched (git status --porcelain" in out
+    assert "scratch worktree and build removed" in out
+    assert worktrees(project) == [str(project)] and scratch_dirs() == []
+
+
+def test_without_a_build_before_is_a_pristine_scratch_build(project: Path, env: Path, probes: Path, capsys):
+    code = run_cli(verify_args(env, project, probes, "fix-uniform", "--format", "json"))
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["before"]["verdict"] == "confirmed" and report["before"]["build_s"] is not None
+    assert any("pristine scratch build" in w for w in report["warnings"])
+    assert worktrees(project) == [str(project)]
+
+
+def test_a_probe_that_does_not_apply_fails_cleanly(project: Path, env: Path, probes: Path, capsys):
+    code = run_cli(verify_args(env, project, probes, "stale"))
+    err = capsys.readouterr().err.strip()
+    assert code == 64
+    assert len(err.splitlines()) == 1
+    assert err.startswith("kvdiag: probe stale does not apply to ") and "error: patch failed: kernel.txt:1" in err
+    assert worktrees(project) == [str(project)]
+    assert scratch_dirs() == []
+
+
+def test_a_failing_build_shows_its_log_tail_and_cleans_up(project: Path, env: Path, probes: Path, capsys):
+    commit(project, "break the build", **{"kernel.txt": "kernel v1\nbarrier: divergent\nend\nsyntax error\n"})
+    code = run_cli(verify_args(env, project, probes, "fix-uniform"))
+    err = capsys.readouterr().err
+    assert code == 4
+    assert "after: build failed (exit 1)" in err
+    assert "kernel.txt:1:1: error: expected ';' before '}' token" in err
+    assert worktrees(project) == [str(project)]
+
+
+def test_configuration_is_reused_from_the_users_cmake_cache(tmp_path: Path, env: Path):
+    """Without --configure-cmd, the scratch build is configured from the user's CMakeCache.txt."""
+    from kvdiag.target.build import inspect_build
+
+    build = tmp_path / "cmake-build"
+    build.mkdir()
+    (build / "CMakeCache.txt").write_text(
+        "CMAKE_GENERATOR:INTERNAL=Ninja\nCMAKE_BUILD_TYPE:STRING=Release\nCMAKE_CUDA_ARCHITECTURES:STRING=90\n"
+        "CMAKE_CUDA_FLAGS:STRING=-lineinfo -O3\nCMAKE_HOME_DIRECTORY:INTERNAL=/old/src\n"
+        "CMAKE_CUDA_COMPILER:FILEPATH=/opt/cuda/bin/nvcc\nGGML_CUDA:BOOL=ON\nGGML_CUDA_FA_ALL_QUANTS:BOOL=OFF\n"
+        "GGML_NATIVE:BOOL=OFF\nLLAMA_CURL:BOOL=OFF\nGGML_BIN_INSTALL_DIR:PATH=bin\nggml_SOURCE_DIR:STATIC=/old/src/ggml\n"
+        "GGML_VERSION_INTERNAL:INTERNAL=0.1\n")
+    info = inspect_build(build, log_dir=tmp_path / "logs", check_staleness=False)
+    argv = cmake_configure_argv(info, Path("/new/src"), Path("/new/build"))
+    assert argv[:7] == ["cmake", "-S", "/new/src", "-B", "/new/build", "-G", "Ninja"]
+    assert argv[7:] == ["-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CUDA_ARCHITECTURES=90",
+                        "-DCMAKE_CUDA_FLAGS=-lineinfo -O3", "-DCMAKE_CUDA_COMPILER:FILEPATH=/opt/cuda/bin/nvcc",
+                        "-DGGML_BIN_INSTALL_DIR:PATH=bin", "-DGGML_CUDA:BOOL=ON", "-DGGML_CUDA_FA_ALL_QUANTS:BOOL=OFF",
+                        "-DGGML_NATIVE:BOOL=OFF", "-DLLAMA_CURL:BOOL=OFF"]
+    recipe = BuildRecipe(reference=info, targets=("test-backend-ops",), jobs=3)
+    assert recipe.build_argv(Path("/new/src"), Path("/new/build")) == [
+        "cmake", "--build", "/new/build", "--target", "test-backend-ops", "-j", "3"]
+    assert substitute("tool --src '{source}/a b' -j{jobs}", recipe.values(Path("/s"), Path("/b"))) == [
+        "tool", "--src", "/s/a b", "-j3"]
+
+
+# --------------------------------------------------------------------------- bisect
+
+
+def test_bisect_blames_the_introducing_commit_and_skips_the_broken_build(tmp_path: Path, env: Path, capsys):
+    src = new_project(tmp_path / "history", kernel="uniform")                          # 1 good
+    shas = [git(src, "rev-parse", "HEAD")]
+    shas.append(commit(src, "2: docs", README="docs\n"))                               # 2 good
+    shas.append(commit(src, "3: refactor (does not build)", kernel="uniform syntax error"))
+    shas.append(commit(src, "4: refactor fixed", kernel="uniform"))                    # 4 good
+    shas.append(commit(src, "5: split the barrier", kernel="divergent"))               # 5 bad: the culprit
+    for n in (6, 7, 8, 9):    # 9 commits: the first midpoint is 5, then 3 (skipped), then 4 or 2
+        shas.append(commit(src, f"{n}: more docs", README=f"docs {n}\n"))
+    (src / "wip.txt").write_text("the user's untracked work\n")
+    status = git(src, "status", "--porcelain")
+    code = run_cli(["--registry", str(env), "bisect", "D90", "--source", str(src), "--good", shas[0],
+                    "--bad", shas[8], "--configure-cmd", CONFIGURE, "--build-cmd", BUILD, "--quiet",
+                    "--format", "json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 0, captured.err
+    assert report["first_bad"]["commit"] == shas[4]
+    assert report["first_bad"]["subject"] == "5: split the barrier"
+    assert report["first_bad"]["verdict"] == "confirmed"
+    assert report["parent"]["commit"] == shas[3] and report["parent"]["verdict"] == "not-reproduced"
+    by_commit = {s["commit"]: s for s in report["steps"]}
+    assert by_commit[shas[2]]["verdict"] == "build-failed" and by_commit[shas[2]]["exit"] == SKIP
+    assert all(s["exit"] in (0, 1, 125) for s in report["steps"])
+    # evidence read back from the record, not re-run: the step file is the report's source
+    steps_file = Path(report["run_dir"]) / "bisect-steps.json"
+    assert json.loads(steps_file.read_text()) == report["steps"]
+    # the user's tree, HEAD and branches are as they were; no bisect state, no worktree left
+    assert git(src, "status", "--porcelain") == status
+    assert git(src, "rev-parse", "HEAD") == shas[8] and git(src, "branch", "--show-current") == "main"
+    assert worktrees(src) == [str(src)]
+    assert not (src / ".git" / "BISECT_LOG").exists()
+    assert git(src, "for-each-ref", "refs/bisect") == ""
+
+
+def test_bisect_text_output_names_the_commit_and_its_parent(tmp_path: Path, env: Path, capsys):
+    src = new_project(tmp_path / "short", kernel="uniform")
+    good = git(src, "rev-parse", "HEAD")
+    culprit = commit(src, "make it divergent", kernel="divergent")
+    bad = commit(src, "docs", README="more\n")
+    code = run_cli(["--registry", str(env), "bisect", "D90", "--source", str(src), "--good", good, "--bad", bad,
+                    "--configure-cmd", CONFIGURE, "--build-cmd", BUILD, "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"first bad commit: {culprit[:12]} make it divergent" in out
+    assert "  at it:        confirmed: 1/1 runs matched the signature" in out
+    assert f"  at its parent {good[:12]} project: not tested in this bisection: it is the --good commit" in out
+    assert "source tree: untouched" in out
