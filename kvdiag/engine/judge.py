@@ -99,7 +99,9 @@ def _no_cases(obs: Observations) -> str | None:
     running = report.running_case if report else None
     if running is not None:
         return None  # a case started: whatever happened is not "nothing matched"
-    if matched == 0 and not _abnormal(obs):
+    if _abnormal(obs):
+        return None  # it died or misbehaved (maybe in a case it never got to print): rule 5 shows that
+    if matched == 0:
         return f"no {obs.step.vars.get('op', '')} test case matches /{params}/ in this build (0 cases)"
     if matched and executed == 0:
         return f"all {matched} matching case(s) are not supported by this backend"

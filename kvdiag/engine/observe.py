@@ -52,8 +52,8 @@ class Observations:
 
 def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path]) -> Observations:
     """Read and parse the logs of an attempt's commands."""
-    stdout = "".join(r.stdout_text() for r in results)
-    stderr = "".join(r.stderr_text() for r in results)
+    stdout = strip_ansi("".join(r.stdout_text() for r in results))   # matchers see the printed words,
+    stderr = strip_ansi("".join(r.stderr_text() for r in results))   # as in the combined stream
     combined = strip_ansi("".join(r.combined_text() for r in results))
     sanitizer_text = "".join(p.read_text(errors="replace") for p in sanitizer_logs if p.exists())
     sanitizer = parse_sanitizer(sanitizer_text, tool=step.sanitizer) if step.sanitizer else None
