@@ -1,0 +1,71 @@
+"""``kvdiag model synth``: write a tiny random-weight GGUF for server-path repros.
+
+Registered in kvdiag/cli.py with ``cli.add_command(model_group)``. Like every
+command it returns an exit code and raises kvdiag's errors for ``main`` to print
+(a missing ``gguf`` package or an impossible shape is a UsageError).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from kvdiag.errors import UsageError
+
+
+def _auto_int(value: str, option: str) -> int | None:
+    if value == "auto":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{option} takes a number or 'auto', not {value!r}") from None
+
+
+@click.group("model")
+def model_group() -> None:
+    """Models kvdiag makes itself, for server-path repros."""
+
+
+@model_group.command("synth")
+@click.option("--head-dim", type=int, required=True, help="Attention head dimension (K and V): selects the FA kernel.")
+@click.option("--n-head", type=int, required=True, help="Query heads.")
+@click.option("--n-head-kv", type=int, required=True, help="K/V heads; n_head / n_head_kv is the GQA ratio.")
+@click.option("--n-layer", type=int, default=2, show_default=True, help="Transformer blocks.")
+@click.option("--n-embd", default="auto", show_default=True, help="Embedding width (auto: n_head * head_dim).")
+@click.option("--n-ff", default="auto", show_default=True, help="Feed-forward width (auto: n_embd).")
+@click.option("--n-ctx", type=int, default=4096, show_default=True, help="llama.context_length.")
+@click.option("--vocab", "n_vocab", type=int, default=259, show_default=True,
+              help="Vocabulary size: 3 specials + 256 byte tokens at least; more adds unused tokens.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--type", "dtype", type=click.Choice(["f16", "f32"]), default="f16", show_default=True,
+              help="Type of the weight matrices (norms are always f32).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The .gguf file to write.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def synth_cmd(head_dim, n_head, n_head_kv, n_layer, n_embd, n_ff, n_ctx, n_vocab, seed, dtype, output, fmt) -> int:
+    """Write a tiny random-weight GGUF (llama architecture) that llama-server loads.
+
+    The output is not meaningful text: the head dim and the GQA ratio are what
+    select the FlashAttention kernel instantiation. For D2's shape:
+
+    \b
+      kvdiag model synth --head-dim 256 --n-head 8 --n-head-kv 2 -o tiny.gguf
+    """
+    from kvdiag.model.synth import ModelSpec, synthesize
+
+    spec = ModelSpec(head_dim=head_dim, n_head=n_head, n_head_kv=n_head_kv, n_layer=n_layer,
+                     n_embd=_auto_int(n_embd, "--n-embd"), n_ff=_auto_int(n_ff, "--n-ff"), n_ctx=n_ctx,
+                     n_vocab=n_vocab, seed=seed, dtype=dtype)
+    report = synthesize(spec, output)
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2))
+        return 0
+    click.echo(f"wrote {report.path} ({report.bytes / 2**20:.1f} MiB, {report.n_params:,} parameters, {dtype})")
+    click.echo(f"  llama: head_dim={spec.head_dim} n_head={spec.n_head} n_head_kv={spec.n_head_kv} "
+               f"(GQA {spec.gqa}) n_layer={spec.n_layer} n_embd={spec.embd} n_ff={spec.ff} "
+               f"n_ctx={spec.n_ctx} n_vocab={spec.n_vocab}")
+    click.echo("  tokenizer: SentencePiece byte fallback (<unk> <s> </s> + 256 byte tokens); random weights")
+    return 0

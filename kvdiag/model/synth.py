@@ -1,0 +1,238 @@
+"""A tiny random-weight GGUF that llama-server loads: the model for server-path repros.
+
+The server-path defects (D3's abort, D2's barrier reached through a real
+decode) depend on the *shape* of attention, not on what the model says: the
+head dim and the GQA ratio ``n_head / n_head_kv`` are what select the CUDA
+FlashAttention kernel instantiation (D2's case is hsk=hsv=256 with GQA 4). So a
+model with the right attention shape and random weights reaches the same
+kernels in seconds, where the seed needed a 27B model.
+
+The file is llama.cpp's standard ``llama`` architecture:
+
+* metadata: ``general.*`` (architecture, name, file_type, quantization_version)
+  and ``llama.*`` (context_length, embedding_length, block_count,
+  feed_forward_length, attention.head_count, attention.head_count_kv,
+  attention.key_length / value_length = head dim, rope.dimension_count = head
+  dim (llama.cpp asserts n_rot == head dim for this architecture),
+  rope.freq_base, attention.layer_norm_rms_epsilon, vocab_size);
+* tensors, in ggml order ``ne0`` first: ``token_embd`` {n_embd, n_vocab},
+  ``output_norm`` {n_embd}, ``output`` {n_embd, n_vocab}, and per layer
+  ``attn_norm`` {n_embd}, ``attn_q`` {n_embd, head_dim*n_head}, ``attn_k`` and
+  ``attn_v`` {n_embd, head_dim*n_head_kv}, ``attn_output`` {head_dim*n_head,
+  n_embd}, ``ffn_norm`` {n_embd}, ``ffn_gate`` / ``ffn_up`` {n_embd, n_ff},
+  ``ffn_down`` {n_ff, n_embd}. The ``gguf`` package takes numpy arrays in
+  row-major order and writes their shape reversed, so an array of shape
+  ``(ne1, ne0)`` becomes the tensor {ne0, ne1}. Norm weights are F32 (ones);
+  the matrices F16 (default) or F32, normal with std 0.02.
+
+The tokenizer is SentencePiece-style (``tokenizer.ggml.model = "llama"``) with
+only ``<unk>``, ``<s>``, ``</s>`` and the 256 byte tokens ``<0x00>``…``<0xFF>``
+(type BYTE), scores all zero. It was chosen over a GPT-2 byte-level BPE vocab
+because it needs the least to be valid: llama.cpp's SPM tokenizer falls back to
+byte tokens for any piece it cannot find, so no merges list is needed (the BPE
+loader *requires* ``tokenizer.ggml.merges``, and needs the GPT-2 byte-to-unicode
+table and a pre-tokenizer name), and llama.cpp finds the newline token
+(``<0x0A>``) by name, which exists. Every prompt therefore tokenizes into bytes
+(plus BOS), whatever its text. ``--vocab`` larger than 259 adds ``<unused_N>``
+tokens (type UNUSED) to widen the output layer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvdiag.errors import UsageError
+
+ARCH = "llama"
+SPECIALS = ("<unk>", "<s>", "</s>")
+UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
+N_BYTE_TOKENS = 256
+MIN_VOCAB = len(SPECIALS) + N_BYTE_TOKENS          # 259
+WEIGHT_STD = 0.02
+TYPES = ("f16", "f32")
+
+# gguf's TokenType values (kept here so the spec needs no gguf import)
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 5, 6
+
+
+def gguf_module():
+    """The ``gguf`` package, or a UsageError saying how to get it."""
+    try:
+        import gguf  # noqa: PLC0415
+    except ImportError:
+        raise UsageError("writing a GGUF needs the gguf package (and numpy): "
+                         "pip install 'gguf>=0.10' numpy (or kvdiag's 'model' extra)") from None
+    return gguf
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The attention shape and sizes of the model to write."""
+
+    head_dim: int = 128
+    n_head: int = 8
+    n_head_kv: int = 2
+    n_layer: int = 2
+    n_embd: int | None = None       # default n_head * head_dim
+    n_ff: int | None = None         # default n_embd
+    n_ctx: int = 4096
+    n_vocab: int = MIN_VOCAB
+    seed: int = 0
+    dtype: str = "f16"
+    rope_freq_base: float = 10000.0
+    rms_eps: float = 1e-5
+    name: str = ""
+
+    @property
+    def embd(self) -> int:
+        return self.n_embd if self.n_embd is not None else self.n_head * self.head_dim
+
+    @property
+    def ff(self) -> int:
+        return self.n_ff if self.n_ff is not None else self.embd
+
+    @property
+    def gqa(self) -> int:
+        return self.n_head // self.n_head_kv
+
+    @property
+    def model_name(self) -> str:
+        return self.name or (f"kvdiag-tiny-llama-d{self.head_dim}-h{self.n_head}-kv{self.n_head_kv}"
+                             f"-l{self.n_layer}")
+
+    def problems(self) -> list[str]:
+        out = []
+        for key in ("head_dim", "n_head", "n_head_kv", "n_layer", "n_ctx"):
+            if getattr(self, key) < 1:
+                out.append(f"{key} must be at least 1 (got {getattr(self, key)})")
+        if self.head_dim % 2:
+            out.append(f"head_dim must be even for RoPE (got {self.head_dim})")
+        if self.n_head_kv >= 1 and self.n_head % self.n_head_kv:
+            out.append(f"n_head ({self.n_head}) must be a multiple of n_head_kv ({self.n_head_kv})")
+        if self.embd < 1 or self.ff < 1:
+            out.append("n_embd and n_ff must be at least 1")
+        if self.n_vocab < MIN_VOCAB:
+            out.append(f"the vocabulary needs at least {MIN_VOCAB} tokens "
+                       f"({len(SPECIALS)} specials + {N_BYTE_TOKENS} bytes), got {self.n_vocab}")
+        if self.dtype not in TYPES:
+            out.append(f"dtype must be one of {', '.join(TYPES)} (got {self.dtype!r})")
+        return out
+
+    def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor's shape in ggml order (ne0 first), as llama.cpp expects it."""
+        e, v, ff = self.embd, self.n_vocab, self.ff
+        q, kv = self.head_dim * self.n_head, self.head_dim * self.n_head_kv
+        shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (e, v), "output_norm.weight": (e,),
+                                              "output.weight": (e, v)}
+        for i in range(self.n_layer):
+            shapes.update({
+                f"blk.{i}.attn_norm.weight": (e,),
+                f"blk.{i}.attn_q.weight": (e, q),
+                f"blk.{i}.attn_k.weight": (e, kv),
+                f"blk.{i}.attn_v.weight": (e, kv),
+                f"blk.{i}.attn_output.weight": (q, e),
+                f"blk.{i}.ffn_norm.weight": (e,),
+                f"blk.{i}.ffn_gate.weight": (e, ff),
+                f"blk.{i}.ffn_up.weight": (e, ff),
+                f"blk.{i}.ffn_down.weight": (ff, e),
+            })
+        return shapes
+
+
+def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+    """Tokens, scores and token types of the byte-fallback SentencePiece vocab."""
+    tokens = list(SPECIALS) + [f"<0x{b:02X}>" for b in range(N_BYTE_TOKENS)]
+    types = [TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL] + [TOKEN_BYTE] * N_BYTE_TOKENS
+    extra = n_vocab - len(tokens)
+    tokens += [f"<unused_{i}>" for i in range(extra)]
+    types += [TOKEN_UNUSED] * extra
+    return tokens, [0.0] * len(tokens), types
+
+
+@dataclass(frozen=True)
+class SynthReport:
+    """What was written."""
+
+    path: Path
+    spec: ModelSpec
+    tensors: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    n_params: int = 0
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.spec
+        return {"path": str(self.path), "architecture": ARCH, "name": s.model_name, "head_dim": s.head_dim,
+                "n_head": s.n_head, "n_head_kv": s.n_head_kv, "gqa_ratio": s.gqa, "n_layer": s.n_layer,
+                "n_embd": s.embd, "n_ff": s.ff, "n_ctx": s.n_ctx, "n_vocab": s.n_vocab, "dtype": s.dtype,
+                "seed": s.seed, "n_params": self.n_params, "bytes": self.bytes,
+                "tensors": {k: list(v) for k, v in self.tensors.items()}}
+
+
+def synthesize(spec: ModelSpec, path: Path) -> SynthReport:
+    """Write the GGUF (atomically: a temporary file renamed into place)."""
+    problems = spec.problems()
+    if problems:
+        raise UsageError("; ".join(problems))
+    gguf = gguf_module()
+    import numpy as np  # noqa: PLC0415 - gguf depends on numpy, so it is there when gguf is
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    rng = np.random.default_rng(spec.seed)
+    wtype = np.float16 if spec.dtype == "f16" else np.float32
+    shapes = spec.tensor_shapes()
+    writer = gguf.GGUFWriter(str(tmp), ARCH)
+    try:
+        _metadata(writer, gguf, spec)
+        for name, ne in shapes.items():
+            numpy_shape = tuple(reversed(ne))         # gguf writes a numpy shape reversed: (ne1, ne0)
+            if len(ne) == 1:
+                data = np.ones(numpy_shape, dtype=np.float32)
+            else:
+                data = (rng.standard_normal(numpy_shape, dtype=np.float32) * WEIGHT_STD).astype(wtype)
+            writer.add_tensor(name, data)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    except BaseException:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    writer.close()
+    os.replace(tmp, path)
+    n_params = sum(int(np.prod(ne)) for ne in shapes.values())
+    return SynthReport(path=path, spec=spec, tensors=shapes, n_params=n_params, bytes=path.stat().st_size)
+
+
+def _metadata(writer, gguf, spec: ModelSpec) -> None:
+    writer.add_name(spec.model_name)
+    writer.add_description("random weights written by kvdiag model synth: the attention shape is the point, "
+                           "not the text")
+    writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == "f16" else gguf.LlamaFileType.ALL_F32))
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    writer.add_context_length(spec.n_ctx)
+    writer.add_embedding_length(spec.embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_key_length(spec.head_dim)
+    writer.add_value_length(spec.head_dim)
+    writer.add_rope_dimension_count(spec.head_dim)
+    writer.add_rope_freq_base(spec.rope_freq_base)
+    writer.add_layer_norm_rms_eps(spec.rms_eps)
+    writer.add_vocab_size(spec.n_vocab)
+    tokens, scores, types = vocabulary(spec.n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(UNK_ID)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
