@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     shown = json.loads(kvdiag("show", args.entry, "--build", args.build, "--format", "json").stdout)
-    step = shown["commands"][0]
+    step = shown["commands"]["commands"][0]
     raw = step["argv"][0]
     log = tempfile.mktemp(prefix="kvdiag-bench-", suffix=".log")
     raw = [log if a == "<run-dir>/sanitizer.log" else a for a in raw]

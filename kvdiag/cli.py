@@ -381,5 +381,16 @@ def _jsonable(value):
     return json.loads(json.dumps(value, default=str))
 
 
+def _register_commands() -> None:
+    """Commands that live in their own modules (one axis each), added to the group here."""
+    from kvdiag.commands.probes import COMMANDS as PROBE_COMMANDS
+    from kvdiag.commands.sweeps import COMMANDS as SWEEP_COMMANDS
+
+    for command in (*PROBE_COMMANDS, *SWEEP_COMMANDS):
+        cli.add_command(command)
+
+
+_register_commands()
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -10,19 +10,14 @@ theirs too, and drift reads both forms (`ERR = x > t` and `ERR = x <= t`).
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from kvdiag.parse.backend_ops import parse_backend_ops
-from kvdiag.parse.text import strip_ansi
 from kvdiag.proc.runner import run_command
 from kvdiag.store.runs import RunDir
 
-ERROR_PRINT = re.compile(r"\[(?P<op>[A-Z_0-9]+)\] (?P<metric>ERR|NMSE) = (?P<value>[-+0-9.eE]+|nan|inf) "
-                         r"(?P<cmp>>|<=) (?P<threshold>[-+0-9.eE]+)")
-CASE_PREFIX = re.compile(r"^\s+(?P<op>[A-Z_0-9]+)\((?P<params>.*?)\): ")
 
 
 @dataclass
@@ -73,16 +68,29 @@ class DriftResult:
                 "processes": self.run_results}
 
 
-def error_prints(stdout: str) -> dict[str, tuple[float, float]]:
-    """case string -> (error, threshold) for every case line that printed its error."""
-    out: dict[str, tuple[float, float]] = {}
-    for line in strip_ansi(stdout).splitlines():
-        head = CASE_PREFIX.match(line)
-        err = ERROR_PRINT.search(line)
-        if head and err:
-            out[f"{head.group('op')}({head.group('params')})"] = (float(err.group("value")),
-                                                                   float(err.group("threshold")))
-    return out
+def case_error(case) -> tuple[float, float] | None:
+    """The case's own error and threshold (the op's node, not views printed beside it)."""
+    own = [m for m in case.metrics if m.name in ("ERR", "NMSE") and m.op in (None, case.op)]
+    if not own:
+        return None
+    worst = max(own, key=lambda m: m.value)
+    return worst.value, worst.threshold
+
+
+def accumulate(result: "DriftResult", stdout: str) -> dict[str, Any]:
+    """Fold one process's output into the per-case tallies; returns that run's counts."""
+    report = parse_backend_ops(stdout)
+    for case in report.cases:
+        if case.status not in ("OK", "FAIL"):
+            continue
+        drift = result.cases.setdefault(case.case_string, CaseDrift(case=case.case_string))
+        drift.runs += 1
+        drift.fails += case.status == "FAIL"
+        printed = case_error(case)
+        if printed is not None:
+            drift.errors.append(printed[0])
+            drift.threshold = printed[1]
+    return {"executed": report.executed, "failed": report.failed}
 
 
 def run_drift(binary, run_dir: RunDir, *, op: str, params: str, runs: int, seeds: Sequence[str] = (),
@@ -94,21 +102,8 @@ def run_drift(binary, run_dir: RunDir, *, op: str, params: str, runs: int, seeds
     for i, seed in enumerate(plan, start=1):
         argv = [str(binary), "test", "-o", op, "-b", backend, "-p", params] + (list(seed) if seed else [])
         cmd = run_command(argv, timeout=timeout, log_dir=run_dir.logs, name=f"drift-{i}", tty=True)
-        stdout = cmd.stdout_text()
-        report = parse_backend_ops(stdout)
-        printed = error_prints(stdout)
-        result.run_results.append({"index": i, "seed": seed[1] if seed else None, "exit": cmd.describe(),
-                                   "executed": report.executed, "failed": report.failed})
-        for case in report.cases:
-            if case.status not in ("OK", "FAIL"):
-                continue
-            drift = result.cases.setdefault(case.case_string, CaseDrift(case=case.case_string))
-            drift.runs += 1
-            drift.fails += case.status == "FAIL"
-            if case.case_string in printed:
-                value, threshold = printed[case.case_string]
-                drift.errors.append(value)
-                drift.threshold = threshold
+        counts = accumulate(result, cmd.stdout_text())
+        result.run_results.append({"index": i, "seed": seed[1] if seed else None, "exit": cmd.describe(), **counts})
     return result
 
 

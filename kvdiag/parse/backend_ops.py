@@ -190,6 +190,11 @@ class BackendOpsCapabilities:
 # ------------------------------------------------------------------ case lines
 
 _CASE = re.compile(r"^  (?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
+# Current ggml compares a case's outputs (printing "[OP] ERR = x > t " for each node
+# that fails, or for every node with kvdiag's print-every-case-error probe) BEFORE it
+# prints the case's own "  OP(params): " prefix, so the diagnostics lead the line.
+_CASE_AFTER_DIAG = re.compile(
+    r"^(?P<diag>\[[^\]]+\] .*?)\s{2,}(?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
 _STATUS_END = (
     (re.compile(r"(?:^|\s)NOT SUPPORTED\s*$"), "NOT_SUPPORTED"),
     (re.compile(r"(?:^|\s)SUPPORTED\s*$"), "SUPPORTED"),
@@ -199,7 +204,7 @@ _STATUS_END = (
     (re.compile(r"(?:^|\s)skipping large tensors for speed\s*$"), "SKIPPED_LARGE"),
 )
 _METRIC = re.compile(
-    r"\[(?P<op>[^\]]+)\] (?P<name>ERR|NMSE|MAA|MAE|RMSE) = (?P<value>\S+) > (?P<threshold>\S+)"
+    r"\[(?P<op>[^\]]+)\] (?P<name>ERR|NMSE|MAA|MAE|RMSE) = (?P<value>\S+) (?:>|<=) (?P<threshold>\S+)"
 )
 _NOTE_PATTERNS = (
     re.compile(r"\[[^\]]+\] NaN at index \d+ \([^)]*\)"),
@@ -351,10 +356,16 @@ def _feed(state: _State, line: str, line_no: int) -> None:
 
 def _on_case(state: _State, text: str, line_no: int) -> bool:
     m = _CASE.match(text)
+    lead_metrics: tuple[CaseMetric, ...] = ()
+    lead_notes: tuple[str, ...] = ()
     if not m:
-        return False
+        m = _CASE_AFTER_DIAG.match(text)
+        if not m:
+            return False
+        lead_metrics, lead_notes, _ = _diagnostics(m.group("diag") + " ")
     state.close_pending("no status printed")
     status, metrics, notes = parse_status(m.group("rest"))
+    metrics, notes = lead_metrics + metrics, lead_notes + notes
     case = BackendCase(
         op=m.group("op"),
         params=m.group("params"),
