@@ -386,7 +386,9 @@ def _register_commands() -> None:
     from kvdiag.commands.probes import COMMANDS as PROBE_COMMANDS
     from kvdiag.commands.sweeps import COMMANDS as SWEEP_COMMANDS
 
-    for command in (*PROBE_COMMANDS, *SWEEP_COMMANDS):
+    from kvdiag.commands.model import model_group
+
+    for command in (*PROBE_COMMANDS, *SWEEP_COMMANDS, model_group):
         cli.add_command(command)
 
 

@@ -125,8 +125,8 @@ def attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, inde
         obs = observe_staleness(step, stale, detail)
         return judge_attempt(entry, obs, no_sanitizer_gate(None), index, time.monotonic() - started)
     if step.kind == "server":
-        return _not_run(step, index, Verdict.SKIPPED,
-                        "server steps need the llama-server executor, which this kvdiag version does not have")
+        return _attempt_server(entry, step, target, run_dir, index, label, options, gate_provider, name_prefix,
+                               started)
     try:
         planned = _plan(entry, step, target, run_dir, options)
     except TemplateProblem as exc:
@@ -166,6 +166,46 @@ def attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, inde
     duration = time.monotonic() - started
     # The gate is lazy: only a would-be not-reproduced consults it (it may cost a canary run).
     return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, duration, str(run_dir.logs))
+
+
+def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
+                    options: RunOptions, gate_provider: GateProvider, name_prefix: str | None,
+                    started: float) -> Attempt:
+    """A server step: start llama-server (under the sanitizer if the step has one), send the
+    step's requests, stop it; its logs are judged like any command's."""
+    from kvdiag.server import completion_requests, run_server_attempt
+
+    progress = options.progress or Progress(enabled=False)
+    try:
+        planned = _plan(entry, step, target, run_dir, options)
+    except TemplateProblem as exc:
+        return _not_run(step, index, Verdict.SKIPPED, str(exc))
+    name = name_prefix or f"{step.name}-{index}"
+    argv = tuple(planned.commands[0])
+    sanitizer_logs = []
+    invocation = sanitizer_invocation(step)
+    if invocation is not None:
+        log = run_dir.logs / f"{name}.sanitizer.log"
+        sanitizer_logs.append(log)
+        argv = invocation.argv(target.sanitizer, log, argv)
+    progress.start(label)
+    try:
+        with _gpu_lease(entry, target, options):
+            result, _server = run_server_attempt(
+                step, argv, planned.env or None, run_dir.logs, name,
+                requests=completion_requests({**step.vars, **options.overrides}),
+                on_output=progress.line, cancel=options.cancel)
+    except CommandInterrupted as exc:
+        obs = observe(step, [exc.result], sanitizer_logs)
+        raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
+                                         time.monotonic() - started, str(run_dir.logs))) from None
+    except CommandNotFound as exc:
+        return _not_run(step, index, Verdict.SKIPPED, str(exc))
+    finally:
+        progress.stop()
+    obs = observe(step, [result], sanitizer_logs)
+    return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index,
+                         time.monotonic() - started, str(run_dir.logs))
 
 
 def _plan(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: RunOptions):
