@@ -59,14 +59,19 @@ class ScanResult:
         return sum(a.duration_s for a in self.results.values())
 
     def sites(self) -> dict[str, dict[str, Any]]:
-        """Distinct sites over affected cases: errors summed, cases counted."""
+        """Distinct file:line sites over affected cases: cases counted once, printed findings and
+        the sanitizer's error counts summed (one site line can belong to several instantiations)."""
         out: dict[str, dict[str, Any]] = {}
         for params, attempt in self.affected:
+            seen_here: set[str] = set()
             for site in attempt.evidence.sites:
                 row = out.setdefault(site["site"], {"site": site["site"], "kind": site["kind"], "cases": 0,
-                                                    "printed": 0})
-                row["cases"] += 1
+                                                    "printed": 0, "errors": 0})
                 row["printed"] += site["count"]
+                if site["site"] not in seen_here:
+                    seen_here.add(site["site"])
+                    row["cases"] += 1
+                    row["errors"] += attempt.evidence.error_count or 0
         return out
 
     def instantiations(self) -> dict[str, int]:
