@@ -28,7 +28,7 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     params = params or entry.scan["params"]
     home = kvdiag_home()
     run_dir = RunStore(home).create(f"scan-{entry.id}")
-    target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False)
+    target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
     from kvdiag.engine.applicability import judge_applicability
 
     step = entry.step(entry.scan["step"]) if entry.scan else entry.default_step

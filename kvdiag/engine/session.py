@@ -28,7 +28,8 @@ def run_verdicts(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
     progress = Progress(enabled=not quiet and fmt == "text")
     setup = store.create("target")
     progress.say(f"inspecting {build_dir or 'no build'}, GPU and tools")
-    target = prepare_target(build_dir, log_dir=setup.logs, sanitizer=sanitizer, check_staleness=check_staleness)
+    target = prepare_target(build_dir, log_dir=setup.logs, sanitizer=sanitizer, check_staleness=check_staleness,
+                            home=home)
     setup.write("run.json", {"entry": "target", "status": "finished", "target": target.to_dict()})
     gate_provider = controls_gate_provider(home, target, setup.logs)
     outcomes: list[Outcome] = []

@@ -219,7 +219,8 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
         + (f" (shard {shard} of {len(selection)} selected)" if shard else "") + f"; inspecting {build_dir or 'no build'}")
     sweep_dir.write("run.json", {"kvdiag_version": __version__, "entry": "sweep", "kind": "sweep",
                                  "status": "running", "shard": shard, "entries": [e.id for e in entries]})
-    target = prepare_target(build_dir, log_dir=sweep_dir.logs, sanitizer=sanitizer, check_staleness=check_staleness)
+    target = prepare_target(build_dir, log_dir=sweep_dir.logs, sanitizer=sanitizer, check_staleness=check_staleness,
+                            home=home)
     target_dict = target.to_dict()
     gate_provider = controls_gate_provider(home, target, sweep_dir.logs)
 

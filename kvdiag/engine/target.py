@@ -61,10 +61,16 @@ class Target:
 
 
 def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | None = None,
-                   check_staleness: bool = True) -> Target:
-    """Inspect the build (CMakeCache, binaries, git, staleness), the GPU and the tools."""
+                   check_staleness: bool = True, home: Path | None = None) -> Target:
+    """Inspect the build (CMakeCache, binaries, git, staleness), the GPU and the tools.
+
+    With `home`, the environment fingerprint and the test-backend-ops probe are
+    memoised (kvdiag.target.memo); the build itself (git state, staleness) is
+    always inspected afresh, since that is what a verdict must be current about.
+    """
     from kvdiag.target.build import find_binaries, inspect_build, probe_backend_ops
     from kvdiag.target.host import fingerprint_environment
+    from kvdiag.target.memo import binary_key, environment_key, memoised
 
     from concurrent.futures import ThreadPoolExecutor
 
@@ -73,11 +79,21 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
     # compute-sanitizer --version and the GPU query; test-backend-ops --help and
     # --list-ops): run side by side, they cost the slowest one, not the sum.
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="kvdiag-target") as pool:
-        env_future = pool.submit(fingerprint_environment, log_dir=log_dir, sanitizer=found_sanitizer)
+        def environment():
+            return fingerprint_environment(log_dir=log_dir, sanitizer=found_sanitizer)
+
+        if home is not None:
+            env_future = pool.submit(memoised, home, "environment", environment_key(found_sanitizer), environment,
+                                     lambda env: env.gpu.available)
+        else:
+            env_future = pool.submit(environment)
         ops_future = None
         if build_dir is not None:
             binary = find_binaries(build_dir).get("test-backend-ops") if build_dir.is_dir() else None
-            if binary is not None:
+            if binary is not None and home is not None:
+                ops_future = pool.submit(memoised, home, "backend-ops", binary_key(binary),
+                                         lambda: probe_backend_ops(binary, log_dir=log_dir))
+            elif binary is not None:
                 ops_future = pool.submit(probe_backend_ops, binary, log_dir=log_dir)
         build = inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness) if build_dir else None
         environment = env_future.result()
