@@ -7,6 +7,7 @@ and a documented exit code (see `kvdiag.exitcodes`). Tests call `main([...])`.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -85,7 +86,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KvdiagError as exc:
         click.echo(f"kvdiag: {exc}", err=True)
         return int(ExitCode.HARNESS)
+    except Exception as exc:  # a bug in kvdiag: one line for the user, the traceback on disk
+        click.echo(f"kvdiag: internal failure ({type(exc).__name__}: {exc}); {_save_traceback()}", err=True)
+        return int(ExitCode.HARNESS)
     return int(result) if isinstance(result, int) else 0
+
+
+def _save_traceback() -> str:
+    import time
+    import traceback
+
+    try:
+        from kvdiag.home import kvdiag_home
+
+        path = kvdiag_home() / "crashes" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(traceback.format_exc())
+        return f"traceback saved to {path}"
+    except OSError:
+        return "the traceback could not be saved"
 
 
 def _report_problems(registry: Registry) -> None:

@@ -22,7 +22,7 @@ from kvdiag.engine.progress import Progress
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
 from kvdiag.engine.wrapping import sanitizer_invocation
-from kvdiag.errors import UsageError
+from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.store.runs import RunDir
@@ -92,11 +92,26 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
             attempts.append(attempt_step(entry, step, target, run_dir, index, label, options, gate_provider))
     except _Interrupted as exc:
         attempts.append(exc.attempt)
-        outcome = Outcome(entry.id, Verdict.INCONCLUSIVE, "interrupted by the user (Ctrl-C); partial logs kept",
-                          tuple(attempts), tuple(warnings), step.name, time.monotonic() - started,
-                          {"interrupted": True})
+        verdict, reason = Verdict.INCONCLUSIVE, "interrupted by the user (Ctrl-C); partial logs kept"
+        if any(a.verdict is Verdict.CONFIRMED for a in attempts):
+            # The signature matched in a run that finished: that stays true when a later run is cut short.
+            verdict, reason = aggregate([a for a in attempts if a.verdict is Verdict.CONFIRMED])
+            reason += f" (interrupted during run {len(attempts)} of {n})"
+        outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(warnings), step.name,
+                          time.monotonic() - started, {"interrupted": True})
         _finish(run_dir, header, outcome)
         raise RunInterrupted(outcome) from None
+    except KvdiagError:
+        raise
+    except Exception as exc:  # kvdiag's own failure: an `error` verdict, recorded, never a lost run
+        import traceback
+
+        (run_dir.path / "error.txt").write_text(traceback.format_exc())
+        outcome = Outcome(entry.id, Verdict.ERROR, f"kvdiag failed while running the step: {type(exc).__name__}: "
+                          f"{exc} (traceback in {run_dir.path / 'error.txt'})", tuple(attempts), tuple(warnings),
+                          step.name, time.monotonic() - started)
+        _finish(run_dir, header, outcome)
+        return outcome
     verdict, reason = aggregate(attempts)
     if verdict is Verdict.CONFIRMED and any(
             a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
