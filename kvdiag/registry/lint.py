@@ -98,6 +98,8 @@ def _check_value(value: Any, spec: schema.Key) -> str | None:
         if not isinstance(value, bool):
             return "must be true or false"
     elif kind == "date":
+        if isinstance(value, dt.datetime):
+            return "must be a date, YYYY-MM-DD (not a date and time)"
         if isinstance(value, dt.date):
             return None
         try:
@@ -185,19 +187,25 @@ def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> Non
     if "sanitizer_options" in step and "sanitizer" not in step:
         add(f"{where}.sanitizer_options", "given without a sanitizer")
     known = set(schema.TEMPLATE_GLOBALS) | set(step.get("vars", {}))
-    templates = list(step.get("argv", [])) + [a for c in step.get("commands", []) for a in c]
-    templates += [v for v in step.get("env", {}).values() if isinstance(v, str)]
-    for template in templates:
+    templates = [("argv", a) for a in step.get("argv", [])]
+    templates += [("commands", a) for c in step.get("commands", []) for a in c]
+    templates += [(f"env.{k}", v) for k, v in step.get("env", {}).items() if isinstance(v, str)]
+    for key, template in templates:
         try:
             names = template_variables(template)
         except jinja2.TemplateSyntaxError as exc:
-            add(f"{where}.argv", f"template {template!r} does not parse: {exc.message}")
+            add(f"{where}.{key}", f"template {template!r} does not parse: {exc.message}")
             continue
         for undefined in sorted(names - known):
-            add(f"{where}.argv", f"template {template!r} uses undefined variable {undefined!r}")
+            add(f"{where}.{key}", f"template {template!r} uses undefined variable {undefined!r}")
         for used in re.findall(r"bin\[['\"]([^'\"]+)['\"]\]", template):
             if used not in binaries:
-                add(f"{where}.argv", f"uses bin[{used!r}] but requires.binaries does not list it")
+                add(f"{where}.{key}", f"uses bin[{used!r}] but requires.binaries does not list it")
+    params = step.get("vars", {}).get("params")
+    if isinstance(params, str):
+        message = _check_regex(params)
+        if message:
+            add(f"{where}.vars.params", message)
 
 
 def _lint_matcher(matcher: dict[str, Any], where: str, step_names: list[str], add) -> None:
@@ -213,6 +221,8 @@ def _lint_matcher(matcher: dict[str, Any], where: str, step_names: list[str], ad
         add(f"{where}.kind", f"{matcher['kind']!r} is not one of {', '.join(schema.ABORT_KINDS)}")
     if matcher["type"] == "output" and "pattern" not in matcher:
         add(where, "an output matcher needs a pattern")
+    if matcher["type"] == "exit" and ("signal" in matcher) == ("code" in matcher):
+        add(where, "an exit matcher needs exactly one of signal or code")
 
 
 def lint_registry_wide(raws: Iterable[RawEntry]) -> list[Problem]:
@@ -221,12 +231,20 @@ def lint_registry_wide(raws: Iterable[RawEntry]) -> list[Problem]:
     seen: dict[str, Path] = {}
     raws = list(raws)
     for raw in raws:
-        entry_id = raw.data["defect"]["id"]
+        entry_id = _defect(raw).get("id")
+        if not isinstance(entry_id, str):
+            continue
         if entry_id in seen:
             problems.append(Problem(raw.path.name, "defect.id", f"duplicate id {entry_id!r} (also {seen[entry_id].name})"))
         seen.setdefault(entry_id, raw.path)
     for raw in raws:
-        for rel in raw.data["defect"].get("related", []):
+        related = _defect(raw).get("related", [])
+        for rel in related if isinstance(related, list) else []:
             if rel not in seen:
                 problems.append(Problem(raw.path.name, "defect.related", f"unknown id {rel!r}"))
     return problems
+
+
+def _defect(raw: RawEntry) -> dict:
+    defect = raw.data.get("defect")
+    return defect if isinstance(defect, dict) else {}

@@ -164,12 +164,11 @@ def load_registry(root: Path | None = None) -> Registry:
         except (OSError, ValueError) as exc:
             problems.append(Problem(path.name, "(file)", str(exc)))
             continue
+        raws.append(raw)  # every parsed file counts for ids, even one with problems of its own
         found = lint_raw(raw)
         problems.extend(found)
-        if found:
-            continue
-        raws.append(raw)
-        entries.append(build_entry(raw))
+        if not found:
+            entries.append(build_entry(raw))
     problems.extend(lint_registry_wide(raws))
     entries.sort(key=lambda e: e.number)
     return Registry(entries=tuple(entries), problems=tuple(problems), root=root)

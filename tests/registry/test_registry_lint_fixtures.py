@@ -17,13 +17,17 @@ BAD = {
     "dangling-probe": [("D1.md", "probes[0].file", "dangling: probes/D1-kvdiag-fixture-missing.patch does not exist")],
     # D10.md claims id D1. The registry-wide duplicate check never sees it, because a file
     # whose id differs from its name is already dropped; the mismatch is what gets reported.
-    "duplicate-id": [("D10.md", "defect.id", "'D1' does not match the file name D10.md")],
+    "duplicate-id": [("D10.md", "defect.id", "'D1' does not match the file name D10.md"),
+                     ("D10.md", "defect.id", "duplicate id 'D1' (also D1.md)")],
     "malformed-regex": [("D1.md", "signature[0].message", "malformed regex")],
     "undefined-template-var": [("D1.md", "repro[0].argv", "uses undefined variable 'parmas'")],
     "no-front-matter": [("D1.md", "(file)", "no ```toml front matter")],
     "toml-syntax": [("D1.md", "(file)", "TOML does not parse")],
     "missing-required": [("D1.md", "defect.severity", "required key is missing")],
     "bin-not-required": [("D1.md", "repro[0].argv", "uses bin['test-backend-ops'] but requires.binaries does not list it")],
+    "exit-without-signal": [("D1.md", "signature[0]", "an exit matcher needs exactly one of signal or code")],
+    "malformed-params": [("D1.md", "repro[0].vars.params", "malformed regex")],
+    "datetime-not-date": [("D1.md", "defect.reported", "not a date and time")],
 }
 
 # what still loads from each bad registry
