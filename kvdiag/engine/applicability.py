@@ -96,7 +96,8 @@ def check_requires(entry: Entry, step: Step, facts: Facts) -> tuple[str | None, 
     warnings: list[str] = []
     build = facts.build
     if step.kind != "build-check":
-        missing = [b for b in req.get("binaries", ()) if build is None or not build.has_binary(b)]
+        needed = step.requires_binaries if step.requires_binaries is not None else req.get("binaries", ())
+        missing = [b for b in needed if build is None or not build.has_binary(b)]
         if missing:
             where = build.build_dir if build is not None else "no build given"
             return f"missing binary: {', '.join(missing)} (not found in {where}; build that target)", warnings
@@ -105,7 +106,7 @@ def check_requires(entry: Entry, step: Step, facts: Facts) -> tuple[str | None, 
     if (req.get("sanitizer") or step.sanitizer) and facts.sanitizer is None:
         return ("compute-sanitizer not found (PATH, $CUDA_HOME/bin, $KVDIAG_COMPUTE_SANITIZER; "
                 "`pip install nvidia-cuda-sanitizer-api` also provides one)"), warnings
-    absent = [name for name in req.get("env", ()) if not facts.environ.get(name)]
+    absent = [name for name in (*req.get("env", ()), *step.requires_env) if not facts.environ.get(name)]
     if absent:
         return f"needs {', '.join('$' + a for a in absent)} (e.g. a model file path)", warnings
     if req.get("lineinfo") and build is not None and build.cache_path is not None and not build.lineinfo:

@@ -55,7 +55,7 @@ def template_context(
 ) -> dict[str, Any]:
     """Everything a template may read: schema.TEMPLATE_GLOBALS plus the step's vars."""
     environ = os.environ if environ is None else environ
-    wanted_env = entry.requires.get("env", ())
+    wanted_env = (*entry.requires.get("env", ()), *step.requires_env)
     context: dict[str, Any] = {
         "bin": {name: str(path) for name, path in binaries.items()},
         "build_dir": str(build_dir) if build_dir else None,

@@ -49,6 +49,8 @@ class Step:
     expect: str | None = None
     evidence: tuple[str, ...] = ()
     vars: Mapping[str, Any] = field(default_factory=dict)
+    requires_env: tuple[str, ...] = ()
+    requires_binaries: tuple[str, ...] | None = None   # None: the entry's requires.binaries
 
     @property
     def command_templates(self) -> tuple[tuple[str, ...], ...]:

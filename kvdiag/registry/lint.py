@@ -163,7 +163,8 @@ def _lint_consistency(raw: RawEntry, add) -> None:
         add("repro", f"step name {dup!r} is used twice")
     binaries = set(data.get("requires", {}).get("binaries", []))
     for i, step in enumerate(steps):
-        _lint_step(step, f"repro[{i}]", binaries, add)
+        step_binaries = set(step["requires_binaries"]) if "requires_binaries" in step else binaries
+        _lint_step(step, f"repro[{i}]", step_binaries, add)
     for i, matcher in enumerate(data.get("signature", [])):
         _lint_matcher(matcher, f"signature[{i}]", step_names, add)
     scan = data.get("scan")
@@ -200,7 +201,8 @@ def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> Non
             add(f"{where}.{key}", f"template {template!r} uses undefined variable {undefined!r}")
         for used in re.findall(r"bin\[['\"]([^'\"]+)['\"]\]", template):
             if used not in binaries:
-                add(f"{where}.{key}", f"uses bin[{used!r}] but requires.binaries does not list it")
+                add(f"{where}.{key}", f"uses bin[{used!r}] but requires.binaries (or the step's "
+                                      f"requires_binaries) does not list it")
     params = step.get("vars", {}).get("params")
     if isinstance(params, str):
         message = _check_regex(params)

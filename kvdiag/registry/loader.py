@@ -141,6 +141,8 @@ def _build_step(s: dict[str, Any]) -> Step:
         expect=s.get("expect"),
         evidence=tuple(s.get("evidence", ())),
         vars=dict(s.get("vars", {})),
+        requires_env=tuple(s.get("requires_env", ())),
+        requires_binaries=tuple(s["requires_binaries"]) if "requires_binaries" in s else None,
     )
 
 

@@ -189,6 +189,8 @@ STEP = Section(
         "expect": Key("regex", doc="What a healthy run prints: proof the path executed (control)."),
         "evidence": Key("list[str]", enum=EVIDENCE_KINDS),
         "vars": Key("table", doc="Template variables of this step (op, params, …); scan overrides params."),
+        "requires_env": Key("list[str]", doc="Environment variables this step alone needs (e.g. a model path)."),
+        "requires_binaries": Key("list[str]", doc="Binaries this step needs, instead of requires.binaries."),
     },
 )
 

@@ -24,7 +24,7 @@ BAD = {
     "no-front-matter": [("D1.md", "(file)", "no ```toml front matter")],
     "toml-syntax": [("D1.md", "(file)", "TOML does not parse")],
     "missing-required": [("D1.md", "defect.severity", "required key is missing")],
-    "bin-not-required": [("D1.md", "repro[0].argv", "uses bin['test-backend-ops'] but requires.binaries does not list it")],
+    "bin-not-required": [("D1.md", "repro[0].argv", "uses bin['test-backend-ops'] but requires.binaries")],
     "exit-without-signal": [("D1.md", "signature[0]", "an exit matcher needs exactly one of signal or code")],
     "malformed-params": [("D1.md", "repro[0].vars.params", "malformed regex")],
     "datetime-not-date": [("D1.md", "defect.reported", "not a date and time")],
