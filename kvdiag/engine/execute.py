@@ -46,6 +46,7 @@ class RunOptions:
     slots: int = 1
     progress: Progress | None = None
     cancel: threading.Event | None = None     # set by another thread to stop a scan's workers
+    device: Any = None                        # a GpuDevice to pin the processes to (multi-GPU hosts)
 
 
 def no_sanitizer_gate(tool: str | None) -> Gate:
@@ -130,7 +131,21 @@ class _Interrupted(Exception):
 
 def attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
                  options: RunOptions, gate_provider: GateProvider, name_prefix: str | None = None) -> Attempt:
-    """Run one attempt of a step (all its commands) and judge it. Raises _Interrupted on Ctrl-C."""
+    """Run one attempt of a step (all its commands) and judge it. Raises _Interrupted on Ctrl-C.
+
+    With ``options.device`` the processes see only that GPU and the attempt names it."""
+    attempt = _attempt_step(entry, step, target, run_dir, index, label, options, gate_provider, name_prefix)
+    if options.device is not None:
+        from dataclasses import replace
+
+        from kvdiag.engine.devices import describe
+
+        attempt = replace(attempt, device=describe(options.device))
+    return attempt
+
+
+def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
+                  options: RunOptions, gate_provider: GateProvider, name_prefix: str | None) -> Attempt:
     progress = options.progress or Progress(enabled=False)
     started = time.monotonic()
     if step.kind == "build-check":
@@ -228,7 +243,14 @@ def _plan(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: Ru
     context = template_context(
         entry, step, binaries=build.binaries if build else {}, build_dir=build.build_dir if build else None,
         source_dir=build.source_dir if build else None, scratch=run_dir.scratch, overrides=options.overrides)
-    return render_step(step, context)
+    planned = render_step(step, context)
+    if options.device is not None:
+        from dataclasses import replace
+
+        from kvdiag.engine.devices import visible_value
+
+        planned = replace(planned, env={**planned.env, "CUDA_VISIBLE_DEVICES": visible_value(options.device)})
+    return planned
 
 
 def _gpu_lease(entry: Entry, target: Target, options: RunOptions):
@@ -239,10 +261,17 @@ def _gpu_lease(entry: Entry, target: Target, options: RunOptions):
         return contextlib.nullcontext()
     from kvdiag.proc.slots import SlotPool, slots_for_memory
 
-    device = target.first_device
+    device = options.device or target.first_device
     total = device.total_memory_bytes if device and device.total_memory_bytes else 16 << 30
-    pool = SlotPool(target.device_key(), slots_for_memory(total))
+    key = target.device_key() if options.device is None else _device_key(options.device)
+    pool = SlotPool(key, slots_for_memory(total))
     return pool.acquire(options.slots, timeout=None)
+
+
+def _device_key(device) -> str:
+    from kvdiag.engine.devices import device_key
+
+    return device_key(device)
 
 
 def _staleness_detail(staleness) -> str:

@@ -71,12 +71,14 @@ class Attempt:
     commands: tuple[Mapping[str, Any], ...] = ()
     duration_s: float = 0.0
     log_dir: str | None = None
+    device: Mapping[str, Any] | None = None   # the GPU it ran on, when pinned to one
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "step": self.step, "index": self.index, "verdict": self.verdict.value, "reason": self.reason,
             "evidence": self.evidence.to_dict(), "commands": _plain(list(self.commands)),
             "duration_s": round(self.duration_s, 3), "log_dir": self.log_dir,
+            "device": _plain(dict(self.device)) if self.device else None,
         }
 
 
