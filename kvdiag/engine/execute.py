@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from kvdiag import __version__
@@ -70,7 +69,6 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
               gate_provider: GateProvider) -> Outcome:
     """One verdict for one entry; raises RunInterrupted (after recording) on Ctrl-C."""
     step = pick_step(entry, options.step)
-    progress = options.progress or Progress(enabled=False)
     started = time.monotonic()
     header = {"kvdiag_version": __version__, "entry": entry.id, "step": step.name,
               "target": target.to_dict(), "overrides": dict(options.overrides)}

@@ -16,15 +16,14 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from kvdiag.proc.groups import sigint_deferred
 from kvdiag.errors import HarnessError, UsageError
 from kvdiag.probes.patch import Probe
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, CommandResult, run_command
@@ -298,14 +297,7 @@ def apply_stack(worktree: Worktree, probes: Sequence[Probe]) -> ApplyResult | No
 @contextmanager
 def _sigint_deferred() -> Iterator[list[int]]:
     """While a worktree is being removed, a Ctrl-C is noted and re-raised after, not mid-removal."""
-    got: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    with sigint_deferred() as got:
         yield got
-        return
-    old = signal.signal(signal.SIGINT, lambda s, f: got.append(s))
-    try:
-        yield got
-    finally:
-        signal.signal(signal.SIGINT, old)
     if got and sys.exc_info()[0] is None:
         raise KeyboardInterrupt

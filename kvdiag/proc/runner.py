@@ -45,7 +45,6 @@ in ggml's tests or compute-sanitizer does that.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
 import os
@@ -53,11 +52,10 @@ import signal as _signal
 import threading
 import warnings
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import sh
 
@@ -68,6 +66,8 @@ warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, u
                         category=DeprecationWarning)
 
 from kvdiag.errors import KvdiagError
+from kvdiag.proc.groups import become_subreaper, group_members, killpg, sigint_deferred
+from kvdiag.proc.logfiles import LogTexts
 
 __all__ = [
     "CommandError",
@@ -113,7 +113,7 @@ def _rel(path: Path, base: Path) -> str:
 
 
 @dataclass(frozen=True)
-class CommandResult:
+class CommandResult(LogTexts):
     """What happened to one command. Its output is in the log files, not in memory."""
 
     argv: tuple[str, ...]
@@ -131,21 +131,6 @@ class CommandResult:
     pid: int | None = None
     timeout_s: float | None = None
     survivors: tuple[int, ...] = field(default=())   # pids of the group still alive after SIGKILL (D state)
-
-    def _read(self, path: Path) -> str:
-        try:
-            return path.read_bytes().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def stdout_text(self) -> str:
-        return self._read(self.stdout_path)
-
-    def stderr_text(self) -> str:
-        return self._read(self.stderr_path)
-
-    def combined_text(self) -> str:
-        return self._read(self.combined_path)
 
     @property
     def ok(self) -> bool:
@@ -238,54 +223,12 @@ def resolve_program(program: str | os.PathLike, *, path_env: str | None = None,
     raise CommandNotFound(f"program not found on PATH: {prog}")
 
 
-_subreaper_done = False
-_subreaper_lock = threading.Lock()
 
 
-def _become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux only, once)."""
-    global _subreaper_done
-    with _subreaper_lock:
-        if _subreaper_done:
-            return True
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            PR_SET_CHILD_SUBREAPER = 36
-            if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
-                _subreaper_done = True
-        except (OSError, AttributeError):
-            pass
-        return _subreaper_done
 
 
-def _proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, ppid, pgrp) of a pid from /proc, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    tail = data[data.rfind(b")") + 2:].split()
-    try:
-        return tail[0].decode(), int(tail[1]), int(tail[2])
-    except (IndexError, ValueError):
-        return None
 
 
-def _group_members(pgid: int) -> list[tuple[int, str, int]] | None:
-    """(pid, state, ppid) of every process whose group is ``pgid``; None without /proc."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return None
-    out = []
-    for e in entries:
-        if not e.isdigit():
-            continue
-        st = _proc_stat(int(e))
-        if st is not None and st[2] == pgid:
-            out.append((int(e), st[0], st[1]))
-    return out
 
 
 def _reap_and_list_live(pgid: int, leader: int) -> list[int] | None:
@@ -293,7 +236,7 @@ def _reap_and_list_live(pgid: int, leader: int) -> list[int] | None:
 
     None when /proc cannot be read (then the caller falls back to killpg(pgid, 0)).
     """
-    members = _group_members(pgid)
+    members = group_members(pgid)
     if members is None:
         try:
             os.killpg(pgid, 0)
@@ -316,29 +259,8 @@ def _reap_and_list_live(pgid: int, leader: int) -> list[int] | None:
     return live
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
-@contextmanager
-def _sigint_deferred() -> Iterator[list[int]]:
-    """While cleaning up, a second Ctrl-C is noted instead of aborting the cleanup."""
-    got: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield got
-        return
-    try:
-        old = _signal.signal(_signal.SIGINT, lambda s, f: got.append(s))
-    except ValueError:  # pragma: no cover
-        yield got
-        return
-    try:
-        yield got
-    finally:
-        _signal.signal(_signal.SIGINT, old)
 
 
 class _LogSink:
@@ -495,7 +417,7 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     log_dir.mkdir(parents=True, exist_ok=True)
     cmd_json = log_dir / f"{name}.cmd.json"
     sink = _LogSink(log_dir, name, tty, on_output)
-    _become_subreaper()
+    become_subreaper()
 
     started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     doc: dict = {
@@ -581,7 +503,7 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     except KeyboardInterrupt:
         interrupted = True
 
-    with _sigint_deferred() as extra_sigints:
+    with sigint_deferred() as extra_sigints:
         survivors, killed_group = _finish_group(running, pid, pgid,
                                                 terminate=timed_out or interrupted,
                                                 grace=kill_grace)
@@ -641,8 +563,8 @@ def _finish_group(running, leader: int, pgid: int, *, terminate: bool,
         return [], False
     # Either we must stop it (timeout, Ctrl-C), or the leader exited and left
     # members of its group behind: they die with it.
-    _killpg(pgid, _signal.SIGTERM)
-    _killpg(pgid, _signal.SIGCONT)      # a stopped process handles SIGTERM only once continued
+    killpg(pgid, _signal.SIGTERM)
+    killpg(pgid, _signal.SIGCONT)      # a stopped process handles SIGTERM only once continued
     end = time.monotonic() + max(grace, 0.0)
     while True:
         _poll_leader(running)
@@ -652,7 +574,7 @@ def _finish_group(running, leader: int, pgid: int, *, terminate: bool,
         if time.monotonic() >= end:
             break
         time.sleep(0.02)
-    _killpg(pgid, _signal.SIGKILL)
+    killpg(pgid, _signal.SIGKILL)
     end = time.monotonic() + _AFTER_KILL_WAIT_S
     while True:
         _poll_leader(running)

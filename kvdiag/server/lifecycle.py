@@ -39,7 +39,6 @@ A grandchild that leaves the group (``setsid``) escapes the group kill, as with
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import selectors
@@ -48,12 +47,12 @@ import socket
 import subprocess
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from kvdiag.proc.groups import become_subreaper, group_members, killpg, sigint_deferred
 from kvdiag.proc.runner import CommandError, CommandInterrupted, CommandNotFound, resolve_program
 from kvdiag.registry.entry import Step
 from kvdiag.server.client import HOST, CompletionRequest, Reply, completion_requests, get_health, post_completion
@@ -92,64 +91,12 @@ _subreaper_lock = threading.Lock()
 _subreaper_done = False
 
 
-def _become_subreaper() -> None:
-    """Orphaned descendants are re-parented to this process (Linux), so we can reap them."""
-    global _subreaper_done
-    with _subreaper_lock:
-        if _subreaper_done:
-            return
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(36, 1, 0, 0, 0) == 0:     # PR_SET_CHILD_SUBREAPER
-                _subreaper_done = True
-        except (OSError, AttributeError):
-            pass
 
 
-def _group_members(pgid: int) -> list[tuple[int, str, int]] | None:
-    """(pid, state, ppid) of every process of group ``pgid``; None without /proc."""
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return None
-    members = []
-    for entry in names:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2:].split()
-        try:
-            state, ppid, pgrp = fields[0].decode(), int(fields[1]), int(fields[2])
-        except (IndexError, ValueError):
-            continue
-        if pgrp == pgid:
-            members.append((int(entry), state, ppid))
-    return members
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
-@contextmanager
-def _sigint_deferred() -> Iterator[list[int]]:
-    """While the server is being stopped, a second Ctrl-C is noted instead of aborting the stop."""
-    got: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield got
-        return
-    old = _signal.signal(_signal.SIGINT, lambda s, f: got.append(s))
-    try:
-        yield got
-    finally:
-        _signal.signal(_signal.SIGINT, old)
 
 
 # --------------------------------------------------------------------------- logs
@@ -289,7 +236,7 @@ class ServerProcess:
         self.executable = resolve_program(self.argv[0], path_env=env.get("PATH", os.defpath), cwd=self.cwd)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         pump = _LogPump(self.log_dir, self.name, self.on_output)
-        _become_subreaper()
+        become_subreaper()
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         self.started = time.monotonic()
         try:
@@ -339,7 +286,7 @@ class ServerProcess:
         """Reap what can be reaped in the group; the pids still alive (None without /proc)."""
         assert self._popen is not None
         self.poll()
-        members = _group_members(self.pgid)
+        members = group_members(self.pgid)
         if members is None:
             try:
                 os.killpg(self.pgid, 0)
@@ -379,12 +326,12 @@ class ServerProcess:
         live = self._live_members()
         if not (by_itself and live == []):
             # Either it is running, or its leader died and left members of its group: they go too.
-            _killpg(self.pgid, _signal.SIGTERM)
-            _killpg(self.pgid, _signal.SIGCONT)    # a stopped process acts on SIGTERM only once continued
+            killpg(self.pgid, _signal.SIGTERM)
+            killpg(self.pgid, _signal.SIGCONT)    # a stopped process acts on SIGTERM only once continued
             stopped_with = "SIGTERM"
             live = self._wait_group(grace)
             if live:
-                _killpg(self.pgid, _signal.SIGKILL)
+                killpg(self.pgid, _signal.SIGKILL)
                 stopped_with = "SIGKILL"
                 live = self._wait_group(AFTER_KILL_WAIT_S)
         code = self.poll()       # when it died by itself first, its own status stands
@@ -485,7 +432,7 @@ def run_server_attempt(step: Step, planned_argv: Sequence[str], env: Mapping[str
         interrupted = True
     finally:
         # Whatever happened (even a bug of ours), nothing of the server outlives the attempt.
-        with _sigint_deferred() as extra_sigints:
+        with sigint_deferred() as extra_sigints:
             stop = server.stop(stop_grace)
             for thread in waiting:               # the server's sockets are closed now: they return
                 thread.join(PUMP_JOIN_S)

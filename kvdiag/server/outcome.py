@@ -47,6 +47,7 @@ DIED_OUTCOMES = ("connection-dropped", "server-exited")
 
 _CUDA_ERROR = re.compile(r"CUDA error: .*")
 LAST_LINES = 20
+from kvdiag.proc.logfiles import LogTexts
 
 
 def signal_name(signum: int) -> str:
@@ -175,7 +176,7 @@ def _rel(path: Path, base: Path) -> str:
 
 
 @dataclass(frozen=True)
-class ServerResult:
+class ServerResult(LogTexts):
     """A server attempt in the shape of ``kvdiag.proc.runner.CommandResult``.
 
     ``returncode``/``signal`` are the server's (its leader's) final status,
@@ -196,21 +197,6 @@ class ServerResult:
     pid: int | None = None
     timeout_s: float | None = None
     survivors: tuple[int, ...] = ()
-
-    def _read(self, path: Path) -> str:
-        try:
-            return path.read_bytes().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def stdout_text(self) -> str:
-        return self._read(self.stdout_path)
-
-    def stderr_text(self) -> str:
-        return self._read(self.stderr_path)
-
-    def combined_text(self) -> str:
-        return self._read(self.combined_path)
 
     @property
     def outcome(self) -> str:

@@ -1,0 +1,94 @@
+"""Process groups on Linux: who is in one, killing it, reaping what it leaves.
+
+Shared by the runner (commands that run to completion) and the server executor
+(a long-lived llama-server): both start their child in its own session, kill the
+whole group, and reap the orphans this process adopted as a child subreaper.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+_subreaper_done = False
+_subreaper_lock = threading.Lock()
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux only, once).
+
+    Orphaned grandchildren are re-parented to init otherwise, and not every init
+    reaps them (a container's pid 1 often does not).
+    """
+    global _subreaper_done
+    with _subreaper_lock:
+        if _subreaper_done:
+            return True
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+                _subreaper_done = True
+        except (OSError, AttributeError):
+            pass
+        return _subreaper_done
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, pgrp) of a pid from /proc, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    tail = data[data.rfind(b")") + 2:].split()
+    try:
+        return tail[0].decode(), int(tail[1]), int(tail[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def group_members(pgid: int) -> list[tuple[int, str, int]] | None:
+    """(pid, state, ppid) of every process whose group is ``pgid``; None without /proc."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    out = []
+    for e in entries:
+        if not e.isdigit():
+            continue
+        st = proc_stat(int(e))
+        if st is not None and st[2] == pgid:
+            out.append((int(e), st[0], st[1]))
+    return out
+
+
+def killpg(pgid: int, sig: int) -> None:
+    """Signal a group that may already be gone."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[list[int]]:
+    """While cleaning up, a Ctrl-C is noted (in the yielded list) instead of aborting the cleanup."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+    try:
+        old = signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+    except ValueError:  # pragma: no cover - not the main interpreter
+        yield got
+        return
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -1,0 +1,33 @@
+"""Reading a process's three logs back (stdout, stderr, both interleaved).
+
+Results keep paths, not text: output can be megabytes and is already on disk,
+streamed there while the process ran.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LogTexts:
+    """Mixin for results that have stdout_path, stderr_path and combined_path."""
+
+    stdout_path: Path
+    stderr_path: Path
+    combined_path: Path
+
+    @staticmethod
+    def _read(path: Path) -> str:
+        try:
+            return path.read_bytes().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stdout_text(self) -> str:
+        return self._read(self.stdout_path)
+
+    def stderr_text(self) -> str:
+        return self._read(self.stderr_path)
+
+    def combined_text(self) -> str:
+        return self._read(self.combined_path)
