@@ -52,11 +52,14 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(SweepFormat.na
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.option("--devices", metavar="I,J", help="GPUs to use (default: every visible one), as kvdiag lists them.")
 @click.pass_obj
-def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer, no_staleness, quiet) -> int:
+def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer, no_staleness, quiet,
+              devices) -> int:
     """Run every selected entry against one build; save, record and format the sweep.
 
-    The target is inspected once. GPU entries run one after another; CPU-only
+    The target is inspected once. GPU entries run one after another on each GPU
+    (one worker per visible GPU, each result naming its device); CPU-only
     entries run beside them. The sweep is saved as JSON under the run store
     (and to --save) and recorded in the history ($KVDIAG_HOME/history.sqlite).
 
@@ -75,7 +78,7 @@ def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer
     if not selection:
         raise UsageError("the selection is empty: nothing to sweep")
     result = run_sweep(selection, build_dir, shard=shard, sanitizer=sanitizer, check_staleness=not no_staleness,
-                       quiet=quiet, save=save)
+                       quiet=quiet, save=save, devices=devices)
     _write_formatted(result.sweep, fmt, output, quiet)
     if not quiet:
         click.echo(f"kvdiag: sweep saved to {result.path}", err=True)

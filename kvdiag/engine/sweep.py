@@ -121,8 +121,14 @@ def _harness_failure(entry: Entry, run_dir: RunDir, exc: BaseException, started:
 
 def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate_provider: GateProvider, *,
                     options: RunOptions | None = None, quiet: bool = True,
-                    announce: Announce | None = None) -> SweepRun:
-    """Run every entry once: GPU entries here one by one, CPU-only entries beside them in a thread."""
+                    announce: Announce | None = None, devices: Sequence[Any] = ()) -> SweepRun:
+    """Run every entry once: GPU entries one by one per GPU, CPU-only entries beside them in a thread.
+
+    With several `devices`, one worker per device takes GPU entries from a shared
+    queue, each pinned to its device (CUDA_VISIBLE_DEVICES, its own slot pool), and
+    every outcome names the device it ran on. With one or none, GPU entries run
+    here, unpinned, as on any single-GPU machine.
+    """
     base = options or RunOptions()
     gate = _locked(gate_provider)
     cancel = threading.Event()
@@ -132,11 +138,11 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
     lock = threading.Lock()
     state = {"interrupted": False}
 
-    def one(entry: Entry, progress: Progress) -> bool:
+    def one(entry: Entry, progress: Progress, device: Any = None) -> bool:
         """Run one entry, keep its result; False when it was interrupted (stop the queue)."""
         run_dir = store.create(entry.id)
         opts = RunOptions(step=base.step, runs=base.runs, overrides=base.overrides, slots=base.slots,
-                          progress=progress, cancel=cancel)
+                          progress=progress, cancel=cancel, device=device)
         started = time.monotonic()
         go_on = True
         try:
@@ -163,24 +169,39 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
             if cancel.is_set() or not one(entry, progress):
                 break
 
-    worker = threading.Thread(target=cpu_worker, name="kvdiag-sweep-cpu", daemon=True) if cpu else None
+    gpu_queue = list(gpu)
+
+    def gpu_worker(device: Any = None) -> None:
+        progress = Progress(enabled=not quiet and len(devices) < 2)
+        while not cancel.is_set():
+            with lock:
+                if not gpu_queue:
+                    return
+                entry = gpu_queue.pop(0)
+            if not one(entry, progress, device):
+                return
+
+    workers = [threading.Thread(target=cpu_worker, name="kvdiag-sweep-cpu", daemon=True)] if cpu else []
+    if len(devices) > 1:
+        workers += [threading.Thread(target=gpu_worker, args=(d,), name=f"kvdiag-sweep-gpu{d.index}", daemon=True)
+                    for d in devices]
     try:
-        if worker is not None:
+        for worker in workers:
             worker.start()
-        progress = Progress(enabled=not quiet)
-        for entry in gpu:
-            if cancel.is_set() or not one(entry, progress):
-                break
-        while worker is not None and worker.is_alive():
-            worker.join(timeout=0.2)
+        if len(devices) < 2:
+            gpu_worker(None)
+        while any(w.is_alive() for w in workers):
+            for worker in workers:
+                worker.join(timeout=0.2)
     except KeyboardInterrupt:
         state["interrupted"] = True
         cancel.set()
     finally:
-        while worker is not None and worker.is_alive():
+        while any(w.is_alive() for w in workers):
             try:
-                worker.join(timeout=0.2)
-            except KeyboardInterrupt:  # a second Ctrl-C while the worker winds down
+                for worker in workers:
+                    worker.join(timeout=0.2)
+            except KeyboardInterrupt:  # a second Ctrl-C while the workers wind down
                 state["interrupted"] = True
                 cancel.set()
     run = SweepRun(sorted(results, key=lambda r: entry_sort_key(r.entry.id)), state["interrupted"])
@@ -205,7 +226,7 @@ class SweepResult:
 
 def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str | None = None,
               sanitizer: Path | None = None, check_staleness: bool = True, quiet: bool = False,
-              save: Path | None = None, record: bool = True) -> SweepResult:
+              save: Path | None = None, record: bool = True, devices: str | None = None) -> SweepResult:
     """Prepare the target once, run this shard of the selection, save and record the sweep."""
     from kvdiag.store.history import record_sweep
 
@@ -229,7 +250,12 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
         k = f" {o.k_of_n}" if o.n > 1 else ""
         say(f"{o.entry_id} {o.verdict.value}{k} ({o.duration_s:.1f} s)")
 
-    run = execute_entries(entries, target, store, gate_provider, quiet=quiet, announce=announce)
+    from kvdiag.engine.devices import select_devices
+
+    chosen = select_devices(target.gpu.devices, devices)
+    if len(chosen) > 1:
+        say(f"GPU entries spread over {len(chosen)} GPUs: " + ", ".join(f"{d.index} {d.name}" for d in chosen))
+    run = execute_entries(entries, target, store, gate_provider, quiet=quiet, announce=announce, devices=chosen)
     sweep = build_sweep(run, target_dict, started_at=started_at, wall_s=time.monotonic() - started, shard=shard,
                         selection=selection)
     path = save_sweep(sweep, sweep_dir.path / SWEEP_FILE)

@@ -51,6 +51,8 @@ def outcome_for(entry: Entry, duration: float = 0.01) -> Outcome:
 
 
 class FakeTarget:
+    gpu = type("Gpu", (), {"devices": ()})()
+
     def to_dict(self) -> dict:
         return {"build": {"build_dir": "/b", "git": {"commit": "abc123", "short": "abc123", "dirty": False}},
                 "environment": {"key": "k1", "gpu": {"devices": [{"name": "NVIDIA H200",
@@ -280,3 +282,44 @@ def test_merge_of_shards_equals_the_unsharded_sweep(fake_engine: Recorder, home:
     assert merged.shard is None and json.loads(result.stdout)["outcomes"][1]["entry"] == "D2"
     with pytest.raises(UsageError, match="missing"):
         invoke(merge_cmd, [*parts[:2], "-o", str(tmp_path / "x.json")])
+
+
+# --------------------------------------------------------------------------- several GPUs on one host
+
+
+class FakeDevice:
+    def __init__(self, index: int):
+        self.index, self.name, self.uuid = index, "NVIDIA H200", f"GPU-{index}"
+        self.compute_capability, self.pci_bus_id, self.total_memory_bytes = (9, 0), None, 143 << 30
+
+
+def test_one_worker_per_gpu_each_entry_pinned_to_one_device(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two GPUs: GPU entries are shared between two device-pinned workers, never two at once on one device."""
+    seen: list[tuple[str, str]] = []
+    running: dict[str, int] = {"GPU-0": 0, "GPU-1": 0}
+    most: dict[str, int] = {"GPU-0": 0, "GPU-1": 0}
+    lock = threading.Lock()
+
+    def run_entry(entry, target, run_dir, *, options, gate_provider):
+        device = options.device
+        if needs_gpu(entry):
+            assert device is not None
+            with lock:
+                seen.append((entry.id, device.uuid))
+                running[device.uuid] += 1
+                most[device.uuid] = max(most[device.uuid], running[device.uuid])
+            time.sleep(0.05)
+            with lock:
+                running[device.uuid] -= 1
+        else:
+            assert device is None
+        return outcome_for(entry)
+
+    monkeypatch.setattr(sweep_mod, "run_entry", run_entry)
+    devices = [FakeDevice(0), FakeDevice(1)]
+    run = execute_entries(select_entries(ENTRIES), FakeTarget(), RunStore(home), allow, devices=devices)
+    gpu_ids = sorted(e.id for e in select_entries(ENTRIES) if needs_gpu(e))
+    assert sorted(i for i, _ in seen) == gpu_ids                 # every GPU entry ran exactly once
+    assert {u for _, u in seen} == {"GPU-0", "GPU-1"}            # both GPUs were used
+    assert most == {"GPU-0": 1, "GPU-1": 1}                      # one entry at a time per GPU
+    assert len(run.results) == len(select_entries(ENTRIES)) and not run.interrupted
