@@ -139,12 +139,15 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
 
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvdiag-scan")
     pending: set[Future] = set()
+    submitted: list[Future] = []
     queue = list(enumerate(cases, start=1))
     try:
         while queue or pending:
             while queue and len(pending) < workers and not cancel.is_set():
                 index, params = queue.pop(0)
-                pending.add(pool.submit(one, index, params))
+                future = pool.submit(one, index, params)
+                submitted.append(future)
+                pending.add(future)
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             for future in done:
                 params, attempt = future.result()
@@ -154,12 +157,14 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     except KeyboardInterrupt:
         cancel.set()
         result.interrupted = True
-        for future in pending:
+        # Every case handed out, not only `pending`: a Ctrl-C that lands while the cases of
+        # one wait() are being recorded (or in on_case) must not lose the rest of them.
+        for future in submitted:
             try:
                 params, attempt = future.result()
-                result.results[params] = attempt
             except Exception:  # a worker that broke while being cancelled loses only its own case
                 continue
+            result.results.setdefault(params, attempt)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     result.wall_s = time.monotonic() - started
