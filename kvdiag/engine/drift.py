@@ -90,7 +90,8 @@ def accumulate(result: "DriftResult", stdout: str) -> dict[str, Any]:
         if printed is not None:
             drift.errors.append(printed[0])
             drift.threshold = printed[1]
-    return {"executed": report.executed, "failed": report.failed}
+    # finished: the process printed its final verdict line (not cut short by an abort or a timeout)
+    return {"executed": report.executed, "failed": report.failed, "finished": report.finished}
 
 
 def run_drift(binary, run_dir: RunDir, *, op: str, params: str, runs: int, seeds: Sequence[str] = (),
@@ -109,7 +110,9 @@ def run_drift(binary, run_dir: RunDir, *, op: str, params: str, runs: int, seeds
 
 def judge_drift(result: DriftResult, criterion: Mapping[str, Any] | None) -> tuple[str, str]:
     """A verdict from the entry's drift criterion (or a plain summary without one)."""
-    if result.matched == 0:
+    # A process that died or timed out is not "nothing matched", and its cases ran fewer times.
+    unfinished = [r for r in result.run_results if r.get("finished") is False]
+    if result.matched == 0 and not unfinished:
         return "not-applicable", f"no {result.op} case matches /{result.params}/ in this build (0 cases)"
     failing = [c for c in result.cases.values() if c.fails]
     if criterion:
@@ -120,6 +123,11 @@ def judge_drift(result: DriftResult, criterion: Mapping[str, Any] | None) -> tup
             worst = max(hits, key=lambda c: max(c.errors))
             return "confirmed", (f"{worst.case} failed {worst.fails}/{worst.runs} runs, "
                                  f"max ERR {max(worst.errors):.6g} > threshold {worst.threshold}")
+    if unfinished:
+        first = unfinished[0]
+        return "inconclusive", (f"{len(unfinished)} of {len(result.run_results)} run(s) did not finish (run "
+                                f"{first.get('index')}: {first.get('exit', 'no final result line')}); "
+                                f"{result.matched} case(s) executed")
     if failing:
         return "inconclusive", f"{len(failing)} case(s) failed at least once, below the entry's confirm criterion"
     return "not-reproduced", f"{result.matched} case(s) executed {result.runs} time(s) each, no failure"
