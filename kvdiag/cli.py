@@ -18,6 +18,7 @@ from tabulate import tabulate
 from kvdiag import __version__
 from kvdiag.errors import HarnessError, KvdiagError, RegistryError, UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
+from kvdiag.proc.runner import CommandInterrupted
 from kvdiag.registry.loader import Registry, load_registry
 
 EXIT_HELP = "\n".join(f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_TABLE)
@@ -72,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo("kvdiag: interrupted", err=True)
         return int(ExitCode.INTERRUPTED)
     except KeyboardInterrupt:
+        click.echo("kvdiag: interrupted", err=True)
+        return int(ExitCode.INTERRUPTED)
+    except CommandInterrupted:
         click.echo("kvdiag: interrupted", err=True)
         return int(ExitCode.INTERRUPTED)
     except UsageError as exc:
@@ -273,19 +277,30 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.option("--params", help="Override the entry's case-space regex (test-backend-ops -p).")
 @click.option("--limit", type=click.IntRange(1, 100000), help="Run only the first N supported cases.")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--devices", metavar="I,J", help="GPUs to spread the cases over (default: every visible one).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @pass_ctx
-def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, fmt) -> int:
+def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, fmt) -> int:
     """Every affected shape: one process per test case, in parallel, aggregated.
 
-    Exit 1 if any case is affected, 4 if none is but some case was inconclusive, else 0.
+    With several GPUs, -j is per GPU and every case names the GPU it ran on.
+    Exit 1 if any case is affected, 4 if none is but some case was inconclusive,
+    else 0; when the entry cannot be scanned here, the exit code of that verdict
+    (2 not-applicable, 3 skipped).
     """
-    from kvdiag.engine.scan_session import run_scan
+    from kvdiag.engine.scan_session import ScanNotRun, run_scan
 
     entry = ctx.registry.get(entry_id)
     if not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
-    result = run_scan(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer, fmt=fmt)
+    try:
+        result = run_scan(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
+                          fmt=fmt, devices=devices)
+    except ScanNotRun as exc:
+        from kvdiag.engine.verdict import Verdict
+
+        click.echo(f"kvdiag: {exc}", err=True)
+        return int(Verdict(exc.verdict).exit_code)
     if result.interrupted:
         return int(ExitCode.INTERRUPTED)
     if result.affected:

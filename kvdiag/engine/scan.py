@@ -89,14 +89,28 @@ class ScanResult:
             "cases": {p: {"verdict": a.verdict.value, "reason": a.reason, "error_count": a.evidence.error_count,
                           "sites": [s["site"] for s in a.evidence.sites],
                           "instantiations": list(a.evidence.instantiations),
-                          "duration_s": round(a.duration_s, 3)}
+                          "duration_s": round(a.duration_s, 3), "device": dict(a.device) if a.device else None}
                       for p, a in sorted(self.results.items())},
             "not_supported": list(self.space.not_supported),
             "not_run": [p for p in self.space.supported if p not in self.results],
             "sites": list(self.sites().values()),
             "instantiations": self.instantiations(),
             "counts": {v.value: len(self.by_verdict(v)) for v in Verdict},
+            "devices": self.per_device(),
         }
+
+    def per_device(self) -> dict[str, dict[str, Any]]:
+        """Cases and affected cases per GPU, when the scan was spread over several."""
+        out: dict[str, dict[str, Any]] = {}
+        for attempt in self.results.values():
+            if not attempt.device:
+                continue
+            key = f"{attempt.device['index']} {attempt.device.get('uuid') or ''}".strip()
+            row = out.setdefault(key, {"device": dict(attempt.device), "cases": 0, "affected": 0, "case_s": 0.0})
+            row["cases"] += 1
+            row["affected"] += attempt.verdict is Verdict.CONFIRMED
+            row["case_s"] = round(row["case_s"] + attempt.duration_s, 3)
+        return out
 
 
 def enumerate_cases(target: Target, op: str, params: str, run_dir: RunDir, backend: str = "CUDA0") -> CaseSpace:
@@ -119,20 +133,27 @@ def exact_case_regex(params: str) -> str:
 
 def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, workers: int,
          gate_provider: GateProvider, on_case: Callable[[str, Attempt], None] | None = None,
-         limit: int | None = None) -> ScanResult:
+         limit: int | None = None, devices: Sequence[Any] = ()) -> ScanResult:
     """Run the entry's scan step once per supported case with `workers` in parallel.
 
+    With several `devices`, `workers` is per device: each case is handed to the
+    device with the fewest cases in flight, pinned to it, and names it.
     Ctrl-C stops handing out cases, cancels the running processes (their groups are
     killed by the runner) and returns what finished; the caller records it.
     """
+    pinned = list(devices) if len(devices) > 1 else []
+    per_device = workers
+    workers = per_device * max(1, len(pinned))
+    inflight: dict[int, int] = {i: 0 for i in range(len(pinned))}
+    device_of: dict[Future, int] = {}
     step = entry.step(entry.scan["step"]) if entry.scan else entry.default_step
     cases: Sequence[str] = space.supported[:limit] if limit else space.supported
     result = ScanResult(entry_id=entry.id, space=space, workers=workers)
     cancel = threading.Event()
     started = time.monotonic()
 
-    def one(index: int, params: str) -> tuple[str, Attempt]:
-        options = RunOptions(overrides={"params": exact_case_regex(params)}, cancel=cancel)
+    def one(index: int, params: str, device: Any) -> tuple[str, Attempt]:
+        options = RunOptions(overrides={"params": exact_case_regex(params)}, cancel=cancel, device=device)
         attempt = attempt_step(entry, step, target, run_dir, index, f"{entry.id} case {index}", options,
                                gate_provider, name_prefix=f"case{index:04d}")
         return params, attempt
@@ -145,11 +166,17 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
         while queue or pending:
             while queue and len(pending) < workers and not cancel.is_set():
                 index, params = queue.pop(0)
-                future = pool.submit(one, index, params)
+                slot = min(inflight, key=inflight.get) if pinned else None
+                future = pool.submit(one, index, params, pinned[slot] if slot is not None else None)
+                if slot is not None:
+                    inflight[slot] += 1
+                    device_of[future] = slot
                 submitted.append(future)
                 pending.add(future)
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             for future in done:
+                if future in device_of:
+                    inflight[device_of.pop(future)] -= 1
                 params, attempt = future.result()
                 result.results[params] = attempt
                 if on_case:

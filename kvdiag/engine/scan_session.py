@@ -12,7 +12,8 @@ from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.scan import ScanResult, enumerate_cases, scan
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Verdict
-from kvdiag.errors import UsageError
+from kvdiag.engine.devices import select_devices
+from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.proc.slots import slots_for_memory
 from kvdiag.registry.entry import Entry
@@ -20,8 +21,16 @@ from kvdiag.report.templating import render
 from kvdiag.store.runs import RunStore
 
 
+class ScanNotRun(KvdiagError):
+    """The entry cannot be scanned on this target: carries the verdict that says why."""
+
+    def __init__(self, verdict: str, reason: str):
+        super().__init__(reason)
+        self.verdict = verdict
+
+
 def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None, params: str | None,
-             limit: int | None, sanitizer: Path | None, fmt: str) -> ScanResult:
+             limit: int | None, sanitizer: Path | None, fmt: str, devices: str | None = None) -> ScanResult:
     if not entry.scan and not (op and params):
         raise UsageError(f"{entry.id} declares no case space: give --op and --params")
     op = op or entry.scan["op"]
@@ -34,17 +43,23 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     step = entry.step(entry.scan["step"]) if entry.scan else entry.default_step
     judgement = judge_applicability(entry, step, target.facts())
     if judgement.verdict is not None:
-        raise UsageError(f"{entry.id} cannot be scanned here: {judgement.verdict}: {judgement.reason}")
+        reason = f"{entry.id} cannot be scanned here: {judgement.verdict}: {judgement.reason}"
+        run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "finished", "target": target.to_dict(),
+                                   "verdict": judgement.verdict, "reason": reason})
+        raise ScanNotRun(judgement.verdict, reason)
     space = enumerate_cases(target, op, params, run_dir)
-    device = target.first_device
+    chosen = select_devices(target.gpu.devices, devices)
+    device = chosen[0] if chosen else target.first_device
     workers = jobs or slots_for_memory(device.total_memory_bytes if device and device.total_memory_bytes else 16 << 30)
     run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "running", "target": target.to_dict(),
                                "op": op, "params": params, "supported": len(space.supported)})
     if fmt == "text":
         click.echo(f"kvdiag: scanning {len(space.supported[:limit] if limit else space.supported)} case(s) of "
-                   f"{op} /{params}/ with {workers} worker(s)", err=True)
+                   f"{op} /{params}/ with {workers} worker(s)"
+                   + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else ""), err=True)
     gate_provider = controls_gate_provider(home, target, run_dir.logs)
-    result = scan(entry, target, run_dir, space=space, workers=workers, gate_provider=gate_provider, limit=limit)
+    result = scan(entry, target, run_dir, space=space, workers=workers, gate_provider=gate_provider, limit=limit,
+                  devices=chosen)
     data = result.to_dict()
     run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "finished", "target": target.to_dict(),
                                "scan": data})
@@ -64,6 +79,9 @@ def render_scan(result: ScanResult, run_dir: Path) -> str:
                      ", ".join(s["site"] for s in ev.sites[:2]) or "-", f"{attempt.duration_s:.1f}", params))
     counts = {v.value: len(result.by_verdict(v)) for v in Verdict}
     other = sum(n for k, n in counts.items() if k not in ("confirmed", "not-reproduced", "inconclusive"))
+    per_device = [f"GPU {k}: {v['cases']} case(s), {v['affected']} affected, {v['case_s']:.1f} s of case time"
+                  for k, v in result.per_device().items()]
     return render("scan.txt.j2", r=result, table=tabulate(rows, headers=["verdict", "errors", "site", "s", "case"]),
+                  per_device=per_device,
                   counts=counts, other=other, sites=list(result.sites().values()), insts=result.instantiations(),
                   run_dir=run_dir)

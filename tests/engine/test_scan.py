@@ -453,11 +453,13 @@ def test_cli_scan_without_a_gpu_is_one_clean_line(kv, no_gpu, capsys, fmt):
     build = kv.build("backend_ops_case_space")
     rc = main(["scan", "D2", "--build", str(build), "--format", fmt])
     out, err = capsys.readouterr()
-    assert rc == 64
+    assert rc == 3  # the verdict's code: skipped
     assert out == ""
     assert err == "kvdiag: D2 cannot be scanned here: skipped: no CUDA GPU is visible on this machine\n"
     assert not (build / "invocations.log").exists()
     assert not list((kv.root.parent / "home" / "runs").glob("*/logs/enumerate.cmd.json"))
+    recorded = [json.loads(p.read_text()) for p in (kv.root.parent / "home" / "runs").glob("*scan-D2*/run.json")]
+    assert [r["verdict"] for r in recorded] == ["skipped"]
 
 
 def test_cli_scan_of_a_missing_build_is_one_clean_line(kv, capsys):

@@ -124,8 +124,9 @@ def test_every_backend_ops_step_uses_the_shared_argv_form(entries):
 @pytest.mark.parametrize("entry_id", IDS)
 def test_every_step_renders_with_a_complete_context(entries, entry_id, tmp_path):
     entry = entries[entry_id]
-    binaries = {name: tmp_path / "build" / "bin" / name for name in entry.requires.get("binaries", ())}
     for step in entry.steps:
+        needed = step.requires_binaries if step.requires_binaries is not None else entry.requires.get("binaries", ())
+        binaries = {name: tmp_path / "build" / "bin" / name for name in needed}
         if step.kind == "build-check":
             assert not step.command_templates
             continue
