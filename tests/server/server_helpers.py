@@ -44,9 +44,20 @@ def server_step(timeout: int = 20, **vars) -> Step:
                 vars={"prompt": "the lighthouse keeper", "n_predict": 8, **vars})
 
 
-def pid_gone(pid: int) -> bool:
-    """True when no process, not even a zombie, has this pid."""
-    return not os.path.exists(f"/proc/{pid}")
+def pid_gone(pid: int, within: float = 3.0) -> bool:
+    """True when no process, not even a zombie, has this pid (waiting up to `within` s).
+
+    A grandchild killed with its group can still be in the kernel's exit path for a
+    moment after the executor saw the group empty; a live orphan never goes away.
+    """
+    import time
+
+    end = time.monotonic() + within
+    while os.path.exists(f"/proc/{pid}"):
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def pids_in(text: str) -> dict[str, int]:
