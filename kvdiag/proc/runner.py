@@ -150,27 +150,33 @@ class CommandResult(LogTexts):
         return "ended with an unknown status"
 
     def to_dict(self) -> dict:
-        base = self.log_dir.parent
-        return {
-            "argv": list(self.argv),
-            "executable": self.executable,
-            "pid": self.pid,
-            "returncode": self.returncode,
-            "signal": self.signal,
-            "signal_name": _signal_name(self.signal) if self.signal is not None else None,
-            "timed_out": self.timed_out,
-            "interrupted": self.interrupted,
-            "timeout_s": self.timeout_s,
-            "duration_s": round(self.duration_s, 3),
-            "started_at": self.started_at,
-            "ok": self.ok,
-            "description": self.describe(),
-            "survivors": list(self.survivors),
-            "log_dir": _rel(self.log_dir, base),
-            "stdout_path": _rel(self.stdout_path, base),
-            "stderr_path": _rel(self.stderr_path, base),
-            "combined_path": _rel(self.combined_path, base),
-        }
+        return result_dict(self)
+
+
+def result_dict(result) -> dict:
+    """A process result as JSON data, paths relative to the run directory (shared by the
+    runner's CommandResult and the server executor's ServerResult)."""
+    base = result.log_dir.parent
+    return {
+        "argv": list(result.argv),
+        "executable": result.executable,
+        "pid": result.pid,
+        "returncode": result.returncode,
+        "signal": result.signal,
+        "signal_name": _signal_name(result.signal) if result.signal is not None else None,
+        "timed_out": result.timed_out,
+        "interrupted": result.interrupted,
+        "timeout_s": result.timeout_s,
+        "duration_s": round(result.duration_s, 3),
+        "started_at": result.started_at,
+        "ok": result.ok,
+        "description": result.describe(),
+        "survivors": list(result.survivors),
+        "log_dir": _rel(result.log_dir, base),
+        "stdout_path": _rel(result.stdout_path, base),
+        "stderr_path": _rel(result.stderr_path, base),
+        "combined_path": _rel(result.combined_path, base),
+    }
 
 
 # --------------------------------------------------------------------------- helpers

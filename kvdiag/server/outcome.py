@@ -218,26 +218,6 @@ class ServerResult(LogTexts):
         return self.server.describe()
 
     def to_dict(self) -> dict[str, Any]:
-        base = self.log_dir.parent
-        return {
-            "kind": "server",
-            "argv": list(self.argv),
-            "executable": self.executable,
-            "pid": self.pid,
-            "returncode": self.returncode,
-            "signal": self.signal,
-            "signal_name": signal_name(self.signal) if self.signal is not None else None,
-            "timed_out": self.timed_out,
-            "interrupted": self.interrupted,
-            "timeout_s": self.timeout_s,
-            "duration_s": round(self.duration_s, 3),
-            "started_at": self.started_at,
-            "ok": self.ok,
-            "description": self.describe(),
-            "survivors": list(self.survivors),
-            "log_dir": _rel(self.log_dir, base),
-            "stdout_path": _rel(self.stdout_path, base),
-            "stderr_path": _rel(self.stderr_path, base),
-            "combined_path": _rel(self.combined_path, base),
-            "server": self.server.to_dict(),
-        }
+        from kvdiag.proc.runner import result_dict
+
+        return {"kind": "server", **result_dict(self), "server": self.server.to_dict()}

@@ -346,7 +346,7 @@ def test_ninja_without_cache_is_still_checked(tmp_path, log_dir):
 def test_ninja_stale_fixture(fixture_build, log_dir):
     st = inspect_build(fixture_build("ninja-stale"), log_dir=log_dir).staleness
     assert st.checked is True and st.stale is True
-    assert st.pending == ("Building CUDA object obj/fattn.cu.o", "Linking CXX executable bin/test-backend-ops")
+    assert st.pending == ("Building CUDA object obj/staged_kernel.cu.o", "Linking CXX executable bin/test-backend-ops")
 
 
 @needs_ninja
@@ -424,12 +424,12 @@ def test_unsupported_generator(tmp_path, log_dir):
 CMAKE_STYLE_MAKEFILE = """\
 .PHONY: test-backend-ops
 test-backend-ops: bin/test-backend-ops
-bin/test-backend-ops: obj/fattn.cu.o
+bin/test-backend-ops: obj/staged_kernel.cu.o
 \tcmake -E cmake_echo_color --switch= --green --bold --progress-dir=x --progress-num=2 "Linking CXX executable bin/test-backend-ops"
-\tcp obj/fattn.cu.o $@
-obj/fattn.cu.o: fattn.cu
-\tcmake -E cmake_echo_color --switch= --green --progress-dir=x --progress-num=1 "Building CUDA object obj/fattn.cu.o"
-\tmkdir -p obj && cp fattn.cu $@
+\tcp obj/staged_kernel.cu.o $@
+obj/staged_kernel.cu.o: staged_kernel.cu
+\tcmake -E cmake_echo_color --switch= --green --progress-dir=x --progress-num=1 "Building CUDA object obj/staged_kernel.cu.o"
+\tmkdir -p obj && cp staged_kernel.cu $@
 """
 
 
@@ -439,17 +439,17 @@ def test_cmake_makefiles_stale_then_current(tmp_path, log_dir):
     root.mkdir()
     (root / "CMakeCache.txt").write_text("CMAKE_GENERATOR:INTERNAL=Unix Makefiles\nGGML_CUDA:BOOL=ON\n")
     (root / "Makefile").write_text(CMAKE_STYLE_MAKEFILE)
-    (root / "fattn.cu").write_text("// a kernel\n")
+    (root / "staged_kernel.cu").write_text("// a kernel\n")
     write_exe(root / "bin" / "test-backend-ops", "echo old\n")
     st = inspect_build(root, log_dir=log_dir).staleness
     assert (st.checked, st.stale, st.tool) == (True, True, "make -n")
-    assert st.pending == ("Building CUDA object obj/fattn.cu.o", "Linking CXX executable bin/test-backend-ops")
+    assert st.pending == ("Building CUDA object obj/staged_kernel.cu.o", "Linking CXX executable bin/test-backend-ops")
 
     (root / "obj").mkdir()
-    (root / "obj" / "fattn.cu.o").write_text("obj")
+    (root / "obj" / "staged_kernel.cu.o").write_text("obj")
     now = time.time()
-    set_mtime(root / "fattn.cu", now - 30)
-    set_mtime(root / "obj" / "fattn.cu.o", now - 20)
+    set_mtime(root / "staged_kernel.cu", now - 30)
+    set_mtime(root / "obj" / "staged_kernel.cu.o", now - 20)
     set_mtime(root / "bin" / "test-backend-ops", now - 10)
     st = inspect_build(root, log_dir=log_dir).staleness
     assert (st.checked, st.stale) == (True, False), st
