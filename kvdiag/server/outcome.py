@@ -168,13 +168,6 @@ def cuda_error_lines(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m.group(0).strip() for m in _CUDA_ERROR.finditer(text)))
 
 
-def _rel(path: Path, base: Path) -> str:
-    try:
-        return str(path.relative_to(base))
-    except ValueError:
-        return str(path)
-
-
 @dataclass(frozen=True)
 class ServerResult(LogTexts):
     """A server attempt in the shape of ``kvdiag.proc.runner.CommandResult``.
