@@ -92,3 +92,36 @@ def sigint_deferred() -> Iterator[list[int]]:
         yield got
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def reap_and_list_live(pgid: int, leader: int) -> list[int] | None:
+    """Reap the group's zombies this process adopted; return the pids still to wait for.
+
+    A zombie whose parent is not this process still counts: its parent (a member
+    of the group being killed) has not exited yet, and when it does the zombie is
+    re-parented to us (we are its subreaper) and must be reaped then, or it
+    outlives the command. The leader's zombie is left to whoever started it
+    (sh or Popen). None when /proc cannot be read (the caller then falls back to
+    killpg(pgid, 0)).
+    """
+    members = group_members(pgid)
+    if members is None:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return None
+    me = os.getpid()
+    live = []
+    for pid, state, ppid in members:
+        if state in ("Z", "X"):
+            if pid == leader:
+                continue
+            if ppid == me:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                continue
+        live.append(pid)
+    return live

@@ -66,7 +66,7 @@ warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, u
                         category=DeprecationWarning)
 
 from kvdiag.errors import KvdiagError
-from kvdiag.proc.groups import become_subreaper, group_members, killpg, sigint_deferred
+from kvdiag.proc.groups import become_subreaper, killpg, reap_and_list_live, sigint_deferred
 from kvdiag.proc.logfiles import LogTexts
 
 __all__ = [
@@ -237,32 +237,6 @@ def resolve_program(program: str | os.PathLike, *, path_env: str | None = None,
 
 
 
-def _reap_and_list_live(pgid: int, leader: int) -> list[int] | None:
-    """Reap our adopted zombies of the group; return pids of its members still alive.
-
-    None when /proc cannot be read (then the caller falls back to killpg(pgid, 0)).
-    """
-    members = group_members(pgid)
-    if members is None:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        except PermissionError:
-            return []
-        return None
-    me = os.getpid()
-    live = []
-    for pid, state, ppid in members:
-        if state in ("Z", "X"):
-            if ppid == me and pid != leader:   # the leader is sh's to reap
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-            continue
-        live.append(pid)
-    return live
 
 
 
@@ -564,7 +538,7 @@ def _replace_interrupted(result: CommandResult) -> CommandResult:
 def _finish_group(running, leader: int, pgid: int, *, terminate: bool,
                   grace: float) -> tuple[list[int], bool]:
     """Make sure nothing of the group lives on. Returns (survivors, whether we signalled it)."""
-    live = _reap_and_list_live(pgid, leader)
+    live = reap_and_list_live(pgid, leader)
     if not terminate and live == []:
         return [], False
     # Either we must stop it (timeout, Ctrl-C), or the leader exited and left
@@ -574,7 +548,7 @@ def _finish_group(running, leader: int, pgid: int, *, terminate: bool,
     end = time.monotonic() + max(grace, 0.0)
     while True:
         _poll_leader(running)
-        live = _reap_and_list_live(pgid, leader)
+        live = reap_and_list_live(pgid, leader)
         if live == []:
             return [], True
         if time.monotonic() >= end:
@@ -584,7 +558,7 @@ def _finish_group(running, leader: int, pgid: int, *, terminate: bool,
     end = time.monotonic() + _AFTER_KILL_WAIT_S
     while True:
         _poll_leader(running)
-        live = _reap_and_list_live(pgid, leader)
+        live = reap_and_list_live(pgid, leader)
         if live == []:
             return [], True
         if time.monotonic() >= end:

@@ -52,7 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from kvdiag.proc.groups import become_subreaper, group_members, killpg, sigint_deferred
+from kvdiag.proc.groups import become_subreaper, killpg, reap_and_list_live, sigint_deferred
 from kvdiag.proc.runner import CommandError, CommandInterrupted, CommandNotFound, resolve_program
 from kvdiag.registry.entry import Step
 from kvdiag.server.client import HOST, CompletionRequest, Reply, completion_requests, get_health, post_completion
@@ -283,27 +283,10 @@ class ServerProcess:
     # ------------------------------------------------------------------ stop
 
     def _live_members(self) -> list[int] | None:
-        """Reap what can be reaped in the group; the pids still alive (None without /proc)."""
+        """Reap what can be reaped in the group; the pids still to wait for (None without /proc)."""
         assert self._popen is not None
         self.poll()
-        members = group_members(self.pgid)
-        if members is None:
-            try:
-                os.killpg(self.pgid, 0)
-            except (ProcessLookupError, PermissionError):
-                return []
-            return None
-        me, live = os.getpid(), []
-        for pid, state, ppid in members:
-            if state in ("Z", "X"):
-                if ppid == me and pid != self.pid:     # an orphan re-parented to us (the leader is Popen's)
-                    try:
-                        os.waitpid(pid, os.WNOHANG)
-                    except ChildProcessError:
-                        pass
-                continue
-            live.append(pid)
-        return live
+        return reap_and_list_live(self.pgid, self.pid)
 
     def _wait_group(self, seconds: float) -> list[int]:
         end = time.monotonic() + seconds
