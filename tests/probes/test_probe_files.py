@@ -39,7 +39,7 @@ def test_real_probes_parse_with_every_field():
     assert fix.commit == "d99724f2b141fed9e1a9f402213506c081433465"
     assert fix.prefix == "src/ggml-cuda"
     assert fix.path_prefix.startswith("src/ggml-cuda (in llama.cpp trees")
-    assert fix.keeps_output_correct is None          # "expected yes; `kvdiag verify` checks it"
+    assert fix.keeps_output_correct is True          # "yes, measured: `kvdiag verify D2` on an H200 ..."
     # the indented continuation lines are part of the summary, joined by single spaces
     assert fix.summary.startswith("Split the meta-data combine of flash_attn_ext_f16_process_tile around one block")
     assert fix.summary.endswith("the arithmetic is unchanged.")
@@ -115,7 +115,7 @@ def test_probe_list_table(capsys):
     header = out.splitlines()[0].split()
     assert header == ["name", "defect", "kind", "output-correct", "repository@commit", "requires"]
     row = next(line for line in out.splitlines() if line.startswith("D2-fix-uniform-barrier"))
-    assert row.split() == ["D2-fix-uniform-barrier", "D2", "fix", "to", "check", "ggml-org/ggml@d99724f2b141", "-"]
+    assert row.split() == ["D2-fix-uniform-barrier", "D2", "fix", "yes", "ggml-org/ggml@d99724f2b141", "-"]
     row = next(line for line in out.splitlines() if line.startswith("D2-count-divergent-barrier"))
     assert row.split()[1:4] == ["D2", "instrument", "yes"]
 
