@@ -151,7 +151,11 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
         stale = staleness.stale if staleness is not None and staleness.checked else None
         detail = _staleness_detail(staleness)
         obs = observe_staleness(step, stale, detail)
-        return judge_attempt(entry, obs, no_sanitizer_gate(None), index, time.monotonic() - started)
+        from kvdiag.controls.staleness import staleness_control
+
+        generator = target.build.generator if target.build is not None else None
+        return judge_attempt(entry, obs, lambda: staleness_control(generator, run_dir.logs), index,
+                             time.monotonic() - started)
     if step.kind == "server":
         return _attempt_server(entry, step, target, run_dir, index, label, options, gate_provider, name_prefix,
                                started)

@@ -62,7 +62,10 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
     if step.kind == "build-check":
         if obs.stale is None:
             return Verdict.INCONCLUSIVE, f"staleness could not be determined: {obs.stale_detail}"
-        return Verdict.NOT_REPRODUCED, "the build is current with its sources (dry run found nothing to rebuild)"
+        gate = gate() if callable(gate) else gate
+        if not gate.allowed:
+            return Verdict.INCONCLUSIVE, f"the dry run found nothing to rebuild, but {gate.reason}"
+        return Verdict.NOT_REPRODUCED, f"the build is current with its sources (dry run found nothing to rebuild); {gate.reason}"
     problem = _sanitizer_problem(obs)
     if problem:
         return Verdict.INCONCLUSIVE, problem

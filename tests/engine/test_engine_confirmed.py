@@ -269,6 +269,20 @@ def test_stale_signature_other_outcomes(kv, stale, verdict, words):
     assert words in r.outcome.reason
 
 
+def test_current_build_without_a_working_staleness_control_is_inconclusive(kv, monkeypatch):
+    """'Nothing to rebuild' only counts when the same dry run saw a staged stale build here."""
+    import kvdiag.controls.staleness as control
+    from kvdiag.engine.judge import Gate
+
+    monkeypatch.setattr(control, "staleness_control",
+                        lambda generator, log_dir: Gate(False, "the ninja -n control did not see a staged stale build"))
+    entry = kv.entry("D909", STALE_ENTRY)
+    staleness = Staleness(checked=True, stale=False, tool="ninja -n", pending=(), detail="no work to do")
+    r = kv.run(entry, _with_staleness(kv.target_for("backend_ops_all_ok", sanitizer=None), staleness))
+    assert r.outcome.verdict is Verdict.INCONCLUSIVE
+    assert "did not see a staged stale build" in r.outcome.reason
+
+
 # ------------------------------------------------------------------------- through the CLI
 
 def test_cli_run_confirmed_exit_1(kv, monkeypatch, capsys):

@@ -1,0 +1,59 @@
+"""The control for D13's detector: does this machine's dry run of the build tool see staleness?
+
+A `ninja -n` or `make -n` that reports "nothing to do" is only evidence that a
+build is current if the same dry run, on this machine, does report work when
+there is some. The control stages a two-file build whose output is missing, in
+the generator's own form, and runs the same check kvdiag runs on the user's
+build (`kvdiag.target.build.check_build_staleness`): it must say stale.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from kvdiag.engine.judge import Gate
+
+_NINJA = """rule copy
+  command = cp $in $out
+  description = Building CUDA object $out
+build out/kernel.o: copy kernel.cu
+build bin/test-backend-ops: copy out/kernel.o
+default bin/test-backend-ops
+"""
+
+_CMAKE_MAKEFILE = """.PHONY: test-backend-ops
+test-backend-ops: bin/test-backend-ops
+bin/test-backend-ops: kernel.cu
+\tcmake -E cmake_echo_color --switch= --progress-dir=x --progress-num=1 "Building CUDA object out/kernel.o"
+\tmkdir -p bin && cp kernel.cu $@
+"""
+
+_PLAIN_MAKEFILE = """bin/test-backend-ops: kernel.cu
+\tmkdir -p bin && cp kernel.cu $@
+"""
+
+
+def staleness_control(generator: str | None, log_dir: Path) -> Gate:
+    """Gate for a not-reproduced from the staleness check of a build made by `generator`."""
+    from kvdiag.target.build import check_build_staleness
+
+    gen = generator or "Ninja"
+    if gen.startswith("Ninja"):
+        files, cmake_generator = {"build.ninja": _NINJA}, "Ninja"
+    elif gen.endswith("Makefiles") and not gen.startswith("NMake"):
+        files, cmake_generator = {"Makefile": _CMAKE_MAKEFILE}, "Unix Makefiles"
+    else:
+        files, cmake_generator = {"Makefile": _PLAIN_MAKEFILE}, None
+    with tempfile.TemporaryDirectory(prefix="kvdiag-staleness-control-") as tmp:
+        root = Path(tmp)
+        (root / "kernel.cu").write_text("// staged by kvdiag: the output below is missing\n")
+        for name, text in files.items():
+            (root / name).write_text(text)
+        staleness = check_build_staleness(root, generator=cmake_generator, log_dir=log_dir,
+                                          targets=["test-backend-ops"] if cmake_generator != "Ninja"
+                                          else ["bin/test-backend-ops"])
+    if staleness.checked and staleness.stale:
+        return Gate(True, f"the {staleness.tool} control saw a staged stale build on this machine")
+    return Gate(False, f"the {staleness.tool or 'dry run'} control did not see a staged stale build "
+                       f"({staleness.detail}): its 'nothing to rebuild' proves nothing here")
