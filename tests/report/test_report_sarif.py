@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jsonschema
 import pytest
+
+jsonschema = pytest.importorskip("jsonschema")
 
 from report_fixtures import d2_outcome, hostile_outcome, make_sweep, simple
 from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict
