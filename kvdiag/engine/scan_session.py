@@ -58,8 +58,14 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
                    f"{op} /{params}/ with {workers} worker(s)"
                    + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else ""), err=True)
     gate_provider = controls_gate_provider(home, target, run_dir.logs)
-    result = scan(entry, target, run_dir, space=space, workers=workers, gate_provider=gate_provider, limit=limit,
-                  devices=chosen)
+    try:
+        result = scan(entry, target, run_dir, space=space, workers=workers, gate_provider=gate_provider,
+                      limit=limit, devices=chosen)
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's cases were being collected
+        run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "interrupted",
+                                   "target": target.to_dict(), "op": op, "params": params,
+                                   "note": "interrupted twice: per-case logs are in logs/, no aggregate"})
+        raise
     data = result.to_dict()
     run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "finished", "target": target.to_dict(),
                                "scan": data})
