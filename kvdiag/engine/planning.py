@@ -101,7 +101,8 @@ def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
     out = []
     for step in entry.steps:
         item: dict[str, Any] = {"step": step.name, "problem": None, "argv": None, "shell": None}
-        missing = [b for b in entry.requires.get("binaries", ()) if not build.has_binary(b)]
+        needed = step.requires_binaries if step.requires_binaries is not None else entry.requires.get("binaries", ())
+        missing = [b for b in needed if not build.has_binary(b)]
         if missing and step.kind != "build-check":
             item["problem"] = f"the build has no {', '.join(missing)}"
         elif step.kind == "build-check":
