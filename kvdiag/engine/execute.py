@@ -226,7 +226,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
             result, _server = run_server_attempt(
                 step, argv, planned.env or None, run_dir.logs, name,
                 requests=completion_requests({**step.vars, **options.overrides}),
-                on_output=progress.line, cancel=options.cancel)
+                on_output=progress.line, cancel=options.cancel, wrapped=invocation is not None)
     except CommandInterrupted as exc:
         obs = observe(step, [exc.result], sanitizer_logs)
         raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,

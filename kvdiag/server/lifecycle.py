@@ -52,7 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from kvdiag.proc.groups import become_subreaper, killpg, reap_and_list_live, sigint_deferred
+from kvdiag.proc.groups import become_subreaper, group_members, killpg, reap_and_list_live, sigint_deferred
 from kvdiag.proc.runner import CommandError, CommandInterrupted, CommandNotFound, resolve_program
 from kvdiag.registry.entry import Step
 from kvdiag.server.client import HOST, CompletionRequest, Reply, completion_requests, get_health, post_completion
@@ -186,7 +186,7 @@ class StopReport:
     """How the server ended: by itself, or after kvdiag's SIGTERM or SIGKILL."""
 
     exited_by_itself: bool
-    stopped_with: str | None        # None, "SIGTERM" or "SIGKILL"
+    stopped_with: str | None        # None, "SIGTERM to the target" (launcher ended by itself), "SIGTERM" or "SIGKILL"
     returncode: int | None          # exit status; None when a signal ended it (or it survived)
     signal: int | None
     survivors: tuple[int, ...] = ()
@@ -204,7 +204,8 @@ class ServerProcess:
 
     def __init__(self, argv: Sequence[str | os.PathLike], *, log_dir: Path, name: str,
                  env_overrides: Mapping[str, str] | None = None, cwd: Path | None = None,
-                 on_output: Callable[[str, str], None] | None = None):
+                 on_output: Callable[[str, str], None] | None = None, wrapped: bool = False):
+        self.wrapped = wrapped    # a launcher (compute-sanitizer) runs the server as its child
         self.argv = tuple(os.fspath(a) for a in argv)
         if not self.argv:
             raise ValueError("a server needs a non-empty argv")
@@ -306,8 +307,10 @@ class ServerProcess:
             raise CommandError("the server was never started")
         by_itself = self.poll() is not None
         stopped_with = None
+        if self.wrapped and not by_itself and self._stop_target_first(grace):
+            stopped_with = "SIGTERM to the target"
         live = self._live_members()
-        if not (by_itself and live == []):
+        if not (self.poll() is not None and live == []):
             # Either it is running, or its leader died and left members of its group: they go too.
             killpg(self.pgid, _signal.SIGTERM)
             killpg(self.pgid, _signal.SIGCONT)    # a stopped process acts on SIGTERM only once continued
@@ -322,6 +325,28 @@ class ServerProcess:
         sig = -code if code is not None and code < 0 else None
         self._stop_report = StopReport(by_itself, stopped_with, returncode, sig, tuple(live))
         return self._stop_report
+
+    def _stop_target_first(self, grace: float) -> bool:
+        """SIGTERM only the launcher's children (the server) and let the launcher end by itself.
+
+        compute-sanitizer writes its summary when its target exits; signalled
+        along with the whole group it may die without one, and a report without
+        its summary proves nothing. True when the launcher then exited in time.
+        """
+        members = group_members(self.pgid) or []
+        children = [pid for pid, state, ppid in members if ppid == self.pid and state not in ("Z", "X")]
+        for pid in children:
+            for sig in (_signal.SIGTERM, _signal.SIGCONT):
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
+            if self.poll() is not None:
+                return True
+            time.sleep(0.02)
+        return False
 
     def close(self) -> None:
         """Drain and close the logs (after ``stop()``)."""
@@ -361,10 +386,12 @@ def run_server_attempt(step: Step, planned_argv: Sequence[str], env: Mapping[str
                        health_timeout: float | None = None, request_timeout: float | None = None,
                        timeout: float | None = None, stop_grace: float = STOP_GRACE_S,
                        on_output: Callable[[str, str], None] | None = None,
-                       cancel: threading.Event | None = None) -> tuple[ServerResult, ServerOutcome]:
+                       cancel: threading.Event | None = None,
+                       wrapped: bool = False) -> tuple[ServerResult, ServerOutcome]:
     """Start the server, wait for ``/health``, send the requests, stop it; one outcome.
 
-    ``planned_argv`` is the step's rendered argv (a sanitizer may be in front);
+    ``planned_argv`` is the step's rendered argv (a sanitizer may be in front: then
+    pass ``wrapped=True`` so that stopping signals the server before its launcher);
     ``env`` is applied on top of the inherited environment. ``requests`` default
     to the step's ``vars`` (:func:`~kvdiag.server.client.completion_requests`).
     Deadlines: ``timeout`` (default ``step.timeout``) bounds the whole attempt;
@@ -388,7 +415,8 @@ def run_server_attempt(step: Step, planned_argv: Sequence[str], env: Mapping[str
                             else step.vars.get("request_timeout", total))
     port = free_port()
     argv = with_address(planned_argv, HOST, port)
-    server = ServerProcess(argv, log_dir=log_dir, name=name, env_overrides=env, on_output=on_output)
+    server = ServerProcess(argv, log_dir=log_dir, name=name, env_overrides=env, on_output=on_output,
+                           wrapped=wrapped)
     server.start()
     log_dir = Path(log_dir)
     cmd_json = log_dir / f"{name}.cmd.json"
