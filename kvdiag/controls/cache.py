@@ -169,15 +169,20 @@ def load_control(home: Path, env_key: str, tool: str) -> ControlRecord | None:
     return load_controls(home, env_key).get(tool)
 
 
+def _put(doc: dict[str, Any], record: ControlRecord) -> None:
+    """Set one tool's record under its machine key, keeping the key's other tools."""
+    entry = doc.get(record.env_key)
+    if not isinstance(entry, dict):
+        entry = {}
+    entry[record.tool] = record.to_json()
+    doc[record.env_key] = entry
+
+
 def store_record(home: Path, record: ControlRecord) -> None:
     """Write (replace) one tool's record, keeping every other one."""
     with _locked(home):
         doc = _read(home)
-        entry = doc.get(record.env_key)
-        if not isinstance(entry, dict):
-            entry = {}
-        entry[record.tool] = record.to_json()
-        doc[record.env_key] = entry
+        _put(doc, record)
         _write(home, doc)
 
 
@@ -189,11 +194,7 @@ def store_controls(home: Path, report: "DoctorReport") -> list[ControlRecord]:
     with _locked(home):
         doc = _read(home)
         for record in records:
-            entry = doc.get(record.env_key)
-            if not isinstance(entry, dict):
-                entry = {}
-            entry[record.tool] = record.to_json()
-            doc[record.env_key] = entry
+            _put(doc, record)
         _write(home, doc)
     return records
 

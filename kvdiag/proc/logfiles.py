@@ -9,6 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def log_paths(log_dir: Path, name: str) -> dict[str, Path]:
+    """The three log files of a command named `name`; the engine's observe() reads them back."""
+    return {
+        "stdout": log_dir / f"{name}.stdout.log",
+        "stderr": log_dir / f"{name}.stderr.log",
+        "combined": log_dir / f"{name}.combined.log",
+    }
+
+
 class LogTexts:
     """Mixin for results that have stdout_path, stderr_path and combined_path."""
 

@@ -67,7 +67,7 @@ warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, u
 
 from kvdiag.errors import KvdiagError
 from kvdiag.proc.groups import become_subreaper, killpg, reap_and_list_live, sigint_deferred
-from kvdiag.proc.logfiles import LogTexts
+from kvdiag.proc.logfiles import LogTexts, log_paths
 
 __all__ = [
     "CommandError",
@@ -248,11 +248,7 @@ class _LogSink:
 
     def __init__(self, log_dir: Path, name: str, tty: bool,
                  on_output: Callable[[str, str], None] | None):
-        self.paths = {
-            "stdout": log_dir / f"{name}.stdout.log",
-            "stderr": log_dir / f"{name}.stderr.log",
-            "combined": log_dir / f"{name}.combined.log",
-        }
+        self.paths = log_paths(log_dir, name)
         # buffering=0: every write is a write(2); a kill of kvdiag loses nothing written.
         self.files = {k: open(p, "wb", buffering=0) for k, p in self.paths.items()}
         self.partial = {"stdout": b"", "stderr": b""}

@@ -52,6 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from kvdiag.proc.logfiles import log_paths
 from kvdiag.proc.groups import become_subreaper, group_members, killpg, reap_and_list_live, sigint_deferred
 from kvdiag.proc.runner import CommandError, CommandInterrupted, CommandNotFound, resolve_program
 from kvdiag.registry.entry import Step
@@ -105,11 +106,7 @@ class _LogPump:
     """One thread reads both pipes as data arrives and writes whole lines to the three logs."""
 
     def __init__(self, log_dir: Path, name: str, on_output: Callable[[str, str], None] | None):
-        self.paths = {
-            "stdout": log_dir / f"{name}.stdout.log",
-            "stderr": log_dir / f"{name}.stderr.log",
-            "combined": log_dir / f"{name}.combined.log",
-        }
+        self.paths = log_paths(log_dir, name)
         # buffering=0: every line is a write(2); a killed kvdiag loses nothing already read.
         self.files = {k: open(p, "wb", buffering=0) for k, p in self.paths.items()}
         self.partial = {"stdout": b"", "stderr": b""}
@@ -262,11 +259,7 @@ class ServerProcess:
 
     @property
     def paths(self) -> dict[str, Path]:
-        return {
-            "stdout": self.log_dir / f"{self.name}.stdout.log",
-            "stderr": self.log_dir / f"{self.name}.stderr.log",
-            "combined": self.log_dir / f"{self.name}.combined.log",
-        }
+        return log_paths(self.log_dir, self.name)
 
     def poll(self) -> int | None:
         """The leader's status once it exited (negative: the signal), else None. Reaps it."""

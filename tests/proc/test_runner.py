@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SCENARIOS, child_env, my_zombies, pid_gone, scenario, wait_until
+from proc_helpers import REPO, SCENARIOS, child_env, my_zombies, pid_gone, scenario, wait_until
 from kvdiag.errors import KvdiagError
 from kvdiag.proc.runner import (
     CommandInterrupted,

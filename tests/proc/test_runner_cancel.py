@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from conftest import pid_gone, scenario, wait_until
+from proc_helpers import pid_gone, scenario, wait_until
 
 from kvdiag.proc.runner import run_command
 

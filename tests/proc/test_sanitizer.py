@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCENARIOS, scenario
+from proc_helpers import SCENARIOS, scenario
 from kvdiag.errors import UsageError
 from kvdiag.proc import sanitizer as sanmod
 from kvdiag.proc.runner import run_command

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCENARIOS
+from proc_helpers import SCENARIOS
 from kvdiag.proc.runner import run_command
 from kvdiag.proc.sanitizer import (
     SANITIZER_ERROR_EXITCODE,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SCENARIOS, child_env
+from proc_helpers import REPO, SCENARIOS, child_env
 from kvdiag.errors import KvdiagError
 from kvdiag.proc.slots import (
     DEFAULT_PER_SLOT_BYTES,

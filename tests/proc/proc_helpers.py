@@ -1,0 +1,58 @@
+"""Helpers of the tests of kvdiag.proc (a uniquely named module: several test folders have a conftest)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "tests" / "scenarios"
+
+
+def scenario(name: str, *args: object) -> list[str]:
+    """argv running a Python scenario program with this interpreter."""
+    return [sys.executable, str(SCENARIOS / name), *map(str, args)]
+
+
+def child_env() -> dict[str, str]:
+    """Environment for a child Python that must import kvdiag from this tree."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def pid_gone(pid: int) -> bool:
+    """True when no process (not even a zombie) has this pid."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def my_zombies() -> list[int]:
+    """Zombie children of this process."""
+    me = os.getpid()
+    out = []
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            data = Path(f"/proc/{e}/stat").read_bytes()
+        except OSError:
+            continue
+        tail = data[data.rfind(b")") + 2:].split()
+        if tail[0] == b"Z" and int(tail[1]) == me:
+            out.append(int(e))
+    return out
