@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proc_helpers import REPO, SCENARIOS  # noqa: F401  (used by the fixtures below)
+from proc_helpers import SCENARIOS
 
 
 @pytest.fixture
