@@ -1,10 +1,15 @@
-"""Benchmark: `kvdiag scan` of a case space at -j 1 and -j N, in one run.
+"""Benchmark: `kvdiag scan` of one case space under several worker/GPU layouts, in one run.
 
-Reports wall times, the sum of per-case times, the speed-up and the parallel
-efficiency against the ideal (sum of per-case times / workers). Goal (issue
-"Blast radius"): speed-up >= 3 at -j 8, and wall within 1.3x of the ideal.
+Each variant is JOBS@DEVICES (`-j JOBS --devices DEVICES`; -j is per GPU). The
+first variant is the baseline: every other one reports its speed-up over it,
+whether its verdicts are identical case by case, and its parallel efficiency
+against the ideal (sum of its per-case times / its worker count). Every case's
+device is checked against the variant's devices.
 
-    python3 benchmarks/bench_scan.py --build path/to/build [--entry D2] [--jobs 8] [--limit 48]
+Goals: issue "Blast radius": `1@0 8@0` speed-up >= 3 and wall within 1.3x of
+the ideal; issue "Multi-GPU": `8@0 8@0,1` speed-up >= 1.7, verdicts identical.
+
+    python3 benchmarks/bench_scan.py --build B [--entry D2] [--limit 48] --variant 1@0 --variant 8@0
 """
 
 from __future__ import annotations
@@ -17,34 +22,51 @@ import sys
 import tempfile
 
 
-def scan(build: str, entry: str, jobs: int, limit: int | None, env) -> dict:
-    argv = [sys.executable, "-m", "kvdiag", "scan", entry, "--build", build, "-j", str(jobs), "--format", "json"]
+def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env) -> dict:
+    argv = [sys.executable, "-m", "kvdiag", "scan", entry, "--build", build, "-j", str(jobs),
+            "--devices", devices, "--format", "json"]
     if limit:
         argv += ["--limit", str(limit)]
     out = subprocess.run(argv, capture_output=True, text=True, env=env)
-    return json.loads(out.stdout)
+    try:
+        return json.loads(out.stdout)
+    except json.JSONDecodeError:
+        sys.exit(f"bench_scan: scan {jobs}@{devices} gave no JSON (rc {out.returncode}): {out.stderr.strip()[-400:]}")
+
+
+def summary(name: str, jobs: int, devices: str, data: dict, base: dict | None) -> dict:
+    n_dev = len(devices.split(","))
+    workers = jobs * n_dev
+    verdicts = {p: c["verdict"] for p, c in data["cases"].items()}
+    used = sorted({str(c["device"]["index"]) for c in data["cases"].values() if c.get("device")})
+    row = {"variant": name, "cases": len(verdicts), "wall_s": data["wall_s"], "sum_case_s": data["sum_case_s"],
+           "ideal_wall_s": round(data["sum_case_s"] / workers, 2),
+           "wall_over_ideal": round(data["wall_s"] / (data["sum_case_s"] / workers), 2),
+           "affected": data["counts"]["confirmed"], "devices_used": used,
+           "every_case_names_a_requested_device": all(c.get("device") and str(c["device"]["index"]) in devices.split(",")
+                                                      for c in data["cases"].values()),
+           "per_device": {k: {"cases": v["cases"], "affected": v["affected"]} for k, v in data["devices"].items()}}
+    if base is not None:
+        row["speedup"] = round(base["wall_s"] / data["wall_s"], 2)
+        row["verdicts_identical_to_baseline"] = verdicts == {p: c["verdict"] for p, c in base["cases"].items()}
+    return row
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", required=True)
     ap.add_argument("--entry", default="D2")
-    ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--variant", action="append", default=[], help="JOBS@DEVICES, e.g. 8@0 or 8@0,1 (repeatable)")
     args = ap.parse_args()
+    variants = args.variant or ["1@0", "8@0"]
     env = dict(os.environ, KVDIAG_HOME=tempfile.mkdtemp(prefix="kvdiag-bench-home-"))
-    one = scan(args.build, args.entry, 1, args.limit, env)
-    many = scan(args.build, args.entry, args.jobs, args.limit, env)
-    ideal = many["sum_case_s"] / args.jobs
-    same = {p: c["verdict"] for p, c in one["cases"].items()} == {p: c["verdict"] for p, c in many["cases"].items()}
-    result = {
-        "cases": len(one["cases"]), "j1_wall_s": one["wall_s"], "j1_sum_case_s": one["sum_case_s"],
-        f"j{args.jobs}_wall_s": many["wall_s"], f"j{args.jobs}_sum_case_s": many["sum_case_s"],
-        "speedup": round(one["wall_s"] / many["wall_s"], 2), "ideal_wall_s": round(ideal, 2),
-        "wall_over_ideal": round(many["wall_s"] / ideal, 2), "verdicts_identical": same,
-        "affected_j1": one["counts"]["confirmed"], f"affected_j{args.jobs}": many["counts"]["confirmed"],
-    }
-    print(json.dumps(result))
+    base = None
+    for name in variants:
+        jobs, _, devices = name.partition("@")
+        data = scan(args.build, args.entry, int(jobs), devices or "0", args.limit, env)
+        print(json.dumps(summary(name, int(jobs), devices or "0", data, base)), flush=True)
+        base = base or data
     return 0
 
 

@@ -136,12 +136,13 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
          limit: int | None = None, devices: Sequence[Any] = ()) -> ScanResult:
     """Run the entry's scan step once per supported case with `workers` in parallel.
 
-    With several `devices`, `workers` is per device: each case is handed to the
-    device with the fewest cases in flight, pinned to it, and names it.
+    `workers` is per device: each case is handed to the device with the fewest
+    cases in flight, pinned to it, and names it (with one device too, so that
+    `--devices 1` means GPU 1 and every case says where it ran).
     Ctrl-C stops handing out cases, cancels the running processes (their groups are
     killed by the runner) and returns what finished; the caller records it.
     """
-    pinned = list(devices) if len(devices) > 1 else []
+    pinned = list(devices)
     per_device = workers
     workers = per_device * max(1, len(pinned))
     inflight: dict[int, int] = {i: 0 for i in range(len(pinned))}

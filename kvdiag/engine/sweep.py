@@ -19,11 +19,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import click
 
 from kvdiag import __version__
+from kvdiag.engine.devices import describe
 from kvdiag.engine.execute import GateProvider, RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.progress import Progress
@@ -84,6 +85,7 @@ class EntryResult:
     entry: Entry
     outcome: Outcome
     run_dir: RunDir
+    device: Mapping[str, Any] | None = None   # the GPU its worker was pinned to (`describe()`)
 
 
 @dataclass
@@ -126,8 +128,9 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
 
     With several `devices`, one worker per device takes GPU entries from a shared
     queue, each pinned to its device (CUDA_VISIBLE_DEVICES, its own slot pool), and
-    every outcome names the device it ran on. With one or none, GPU entries run
-    here, unpinned, as on any single-GPU machine.
+    every outcome names the device it ran on. With one, GPU entries run here,
+    pinned to it (so `--devices 1` means GPU 1); with none (no GPU could be
+    listed), here and unpinned.
     """
     base = options or RunOptions()
     gate = _locked(gate_provider)
@@ -153,7 +156,7 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
             raise
         except Exception as exc:  # one entry's harness failure is its verdict, never the sweep's end
             outcome = _harness_failure(entry, run_dir, exc, started)
-        result = EntryResult(entry, outcome, run_dir)
+        result = EntryResult(entry, outcome, run_dir, describe(device) if device is not None else None)
         with lock:
             results.append(result)
             if not go_on:
@@ -189,7 +192,7 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
         for worker in workers:
             worker.start()
         if len(devices) < 2:
-            gpu_worker(None)
+            gpu_worker(devices[0] if devices else None)
         while any(w.is_alive() for w in workers):
             for worker in workers:
                 worker.join(timeout=0.2)
@@ -211,7 +214,7 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
 def build_sweep(run: SweepRun, target_dict: dict, *, started_at: str, wall_s: float, shard: str | None,
                 selection: Sequence[Entry]) -> Sweep:
     outcomes = [sweep_outcome(r.outcome.to_dict(), title=r.entry.title, run_dir=str(r.run_dir.path),
-                              files=r.entry.location.get("files", ()) if r.entry.location else ())
+                              files=r.entry.location.get("files", ()) if r.entry.location else (), device=r.device)
                 for r in run.results]
     return Sweep(target=target_dict, outcomes=outcomes, started_at=started_at, wall_s=round(wall_s, 3), shard=shard,
                  kvdiag_version=__version__, selection=[e.id for e in selection], interrupted=run.interrupted)

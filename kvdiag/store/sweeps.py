@@ -129,9 +129,11 @@ class Sweep:
 
 
 def sweep_outcome(outcome_dict: Mapping[str, Any], *, title: str, run_dir: str | None,
-                  files: Iterable[str] = ()) -> dict[str, Any]:
-    """One sweep outcome: `Outcome.to_dict()` plus what the formatters need about the entry."""
-    return {**outcome_dict, "title": title, "run_dir": run_dir, "files": list(files)}
+                  files: Iterable[str] = (), device: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One sweep outcome: `Outcome.to_dict()` plus what the formatters need about the entry,
+    and the GPU whose worker produced it (None for CPU-only entries)."""
+    return {**outcome_dict, "title": title, "run_dir": run_dir, "files": list(files),
+            "device": dict(device) if device else None}
 
 
 def save_sweep(sweep: Sweep, path: Path) -> Path:

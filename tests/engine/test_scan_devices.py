@@ -55,3 +55,17 @@ def test_cases_are_spread_over_two_gpus_pinned_and_attributed(kv):
     per_device = spread.to_dict()["devices"]
     assert sum(row["cases"] for row in per_device.values()) == len(space.supported)
     assert sum(row["affected"] for row in per_device.values()) == len(spread.affected)
+
+
+def test_one_chosen_gpu_is_pinned_too(kv):
+    """`--devices 1` on a two-GPU host means GPU 1: every case is pinned to it and names it."""
+    entry = kv.entry("D922", scan_entry_body(30))
+    target = two_gpus(kv.target(kv.build("backend_ops_case_space"), sanitizer=kv.sanitizer()))
+    full = enumerate_cases(target, OP, "hsk=256", RunDir(kv.root / "enumerate"))
+    space = CaseSpace(OP, "hsk=256", tuple(p for p in full.supported if p != HANG)[:4], full.not_supported)
+    run_dir = RunDir(kv.root / "gpu1")
+    result = scan(entry, target, run_dir, space=space, workers=2, gate_provider=gate, devices=[target.gpu.devices[1]])
+    assert result.workers == 2 and len(result.results) == 4
+    assert {a.device["uuid"] for a in result.results.values()} == {"GPU-1"}
+    envs = {json.loads(c.read_text())["env_overrides"]["CUDA_VISIBLE_DEVICES"] for c in run_dir.logs.glob("case*.cmd.json")}
+    assert envs == {"GPU-1"}

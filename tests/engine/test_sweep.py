@@ -17,7 +17,7 @@ import kvdiag.engine.sweep as sweep_mod
 from kvdiag.commands.sweeps import merge_cmd, sweep_cmd
 from kvdiag.engine.execute import RunInterrupted
 from kvdiag.engine.judge import Gate
-from kvdiag.engine.sweep import (SWEEP_FILE, execute_entries, needs_gpu, run_sweep, select_entries, shard_entries,
+from kvdiag.engine.sweep import (SWEEP_FILE, build_sweep, execute_entries, needs_gpu, run_sweep, select_entries, shard_entries,
                                  sweep_exit_code)
 from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict
 from kvdiag.errors import UsageError
@@ -25,6 +25,7 @@ from kvdiag.registry.entry import Entry
 from kvdiag.store.history import history
 from kvdiag.store.runs import RunStore
 from kvdiag.store.sweeps import Sweep, load_sweep
+from kvdiag.report.formats.table import TableFormat
 
 GPU_IDS = ["D1", "D2", "D3", "D10", "D12"]
 CPU_IDS = ["D5", "D11", "D13"]
@@ -323,3 +324,25 @@ def test_one_worker_per_gpu_each_entry_pinned_to_one_device(home: Path, monkeypa
     assert {u for _, u in seen} == {"GPU-0", "GPU-1"}            # both GPUs were used
     assert most == {"GPU-0": 1, "GPU-1": 1}                      # one entry at a time per GPU
     assert len(run.results) == len(select_entries(ENTRIES)) and not run.interrupted
+
+
+def test_sweep_outcomes_name_their_gpu_and_the_table_shows_it(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each GPU entry's outcome carries the device its worker was pinned to; CPU-only ones carry none;
+    with one chosen device, that device (not the default GPU) is the one used."""
+    monkeypatch.setattr(sweep_mod, "run_entry", lambda entry, target, run_dir, *, options, gate_provider: outcome_for(entry))
+    entries = select_entries(ENTRIES)
+    run = execute_entries(entries, FakeTarget(), RunStore(home), allow, devices=[FakeDevice(1)])
+    for r in run.results:
+        assert (r.device or {}).get("uuid") == ("GPU-1" if needs_gpu(r.entry) else None)
+    run = execute_entries(entries, FakeTarget(), RunStore(home), allow, devices=[FakeDevice(0), FakeDevice(1)])
+    target = {"environment": {"gpu": {"devices": [{"index": 0, "name": "NVIDIA H200"}, {"index": 1, "name": "NVIDIA H200"}]}}}
+    sweep = build_sweep(run, target, started_at="2026-11-29T00:00:00Z", wall_s=1.0, shard=None, selection=entries)
+    by_id = {o["entry"]: o for o in sweep.outcomes}
+    gpu_entry = next(e.id for e in entries if needs_gpu(e))
+    cpu_entry = next(e.id for e in entries if not needs_gpu(e))
+    assert by_id[gpu_entry]["device"]["uuid"] in {"GPU-0", "GPU-1"} and by_id[cpu_entry]["device"] is None
+    table = TableFormat().format(sweep)
+    header = next(line for line in table.splitlines() if line.startswith("id"))
+    assert header.split()[-1] == "GPU"
+    row = next(line for line in table.splitlines() if line.startswith(gpu_entry + " "))
+    assert row.split()[-1] == by_id[gpu_entry]["device"]["uuid"][-1]

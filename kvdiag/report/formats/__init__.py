@@ -157,6 +157,7 @@ class EntryView:
     run_dir: str | None
     step: str | None
     attempts: tuple[tuple[int, str, str], ...]   # (index, verdict, reason) of each attempt, when several
+    device: str | None = None                     # "1 NVIDIA H200": the GPU whose worker produced it
 
     @property
     def has_detail(self) -> bool:
@@ -195,7 +196,14 @@ def entry_view(outcome: Mapping[str, Any]) -> EntryView:
         run_dir=outcome.get("run_dir"), step=outcome.get("step"),
         attempts=tuple((int(a.get("index", i + 1)), str(a.get("verdict")), strip_ansi(str(a.get("reason", ""))))
                        for i, a in enumerate(attempts)),
+        device=device_label(outcome.get("device")),
     )
+
+
+def device_label(device: Mapping[str, Any] | None) -> str | None:
+    if not device:
+        return None
+    return f"{device.get('index')} {device.get('name') or ''}".strip()
 
 
 def entry_views(sweep: Sweep) -> list[EntryView]:

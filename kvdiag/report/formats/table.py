@@ -15,7 +15,13 @@ class TableFormat(SweepFormatter):
 
     def format(self, sweep: Sweep) -> str:
         t = target_summary(sweep.target)
-        rows = [(v.id, v.verdict, v.k_of_n, v.key_evidence, f"{v.duration_s:.1f} s") for v in entry_views(sweep)]
+        views = entry_views(sweep)
+        rows = [(v.id, v.verdict, v.k_of_n, v.key_evidence, f"{v.duration_s:.1f} s") for v in views]
+        headers = HEADERS
+        if t.gpu_count > 1 and any(v.device for v in views):
+            # On a multi-GPU host every result names the GPU that produced it.
+            rows = [(*row, v.device.split()[0] if v.device else "-") for row, v in zip(rows, views)]
+            headers = [*HEADERS, "GPU"]
         lines = [
             f"kvdiag {sweep.kvdiag_version} sweep, {sweep.started_at}: build {t.commit_label} "
             f"({t.build_dir or 'no build'}) on {t.gpu_label}",
@@ -23,7 +29,7 @@ class TableFormat(SweepFormatter):
         note = shard_note(sweep)
         if note:
             lines.append(note)
-        lines += ["", tabulate(rows, headers=HEADERS, disable_numparse=True) if rows else "(no entries)", ""]
+        lines += ["", tabulate(rows, headers=headers, disable_numparse=True) if rows else "(no entries)", ""]
         counts = ", ".join(f"{n} {v}" for v, n in ordered_counts(sweep) if n)
         lines.append(f"{len(sweep.outcomes)} entries in {format_seconds(sweep.wall_s)}: {counts or 'nothing ran'}")
         return "\n".join(lines) + "\n"
