@@ -8,6 +8,7 @@ verdict into inconclusive with the reason.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from kvdiag.engine.execute import GateProvider, no_sanitizer_gate
@@ -16,14 +17,18 @@ from kvdiag.engine.target import Target
 
 
 def controls_gate_provider(home: Path, target: Target, log_dir: Path) -> GateProvider:
+    """A gate per tool, computed once: safe to call from the worker threads of a scan or sweep
+    (the first caller runs the control, the others wait for its answer)."""
     memo: dict[str | None, Gate] = {}
+    lock = threading.Lock()
 
     def provider(tool: str | None) -> Gate:
         if tool is None:
             return no_sanitizer_gate(None)
-        if tool not in memo:
-            memo[tool] = _gate_for(home, target, tool, log_dir)
-        return memo[tool]
+        with lock:
+            if tool not in memo:
+                memo[tool] = _gate_for(home, target, tool, log_dir)
+            return memo[tool]
 
     return provider
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -309,3 +312,31 @@ def test_real_doctor_trusts_all_four_tools(real_gpu, tmp_path, monkeypatch, laun
                                             f"{PAIRS[c.tool].positive.expected_site()}")
     for tool in ALL_TOOLS:
         assert not_reproduced_gate(tmp_path / "home", report.env_key, tool).allowed
+
+
+def test_ensure_control_from_many_threads_runs_the_control_once(fake_machine, tmp_path, monkeypatch):
+    """A scan's workers all ask for synccheck's control at once: one runs it, the rest wait for its
+    record (on the device, concurrent runs compiled the same canary and 11 of 132 cases ended
+    'control could not run')."""
+    install_fake_sanitizer_logs(fake_machine.logs, ALL_PASS)
+    env = make_env(nvcc_path=str(FAKE_NVCC))
+    home = tmp_path / "threads-home"
+    barrier = threading.Barrier(8)
+    calls = []
+    real = doctor_mod.run_tool_control
+
+    def counted(**kwargs):
+        calls.append(kwargs["tool"])
+        time.sleep(0.2)  # widen the window two unlocked callers would both fall into
+        return real(**kwargs)
+
+    monkeypatch.setattr(doctor_mod, "run_tool_control", counted)
+
+    def ask(_):
+        barrier.wait()
+        return ensure_control(home, env, "synccheck", FAKE_SANITIZER, tmp_path / "threads")
+
+    with ThreadPoolExecutor(8) as pool:
+        records = list(pool.map(ask, range(8)))
+    assert all(r.passed for r in records) and len({r.date for r in records}) == 1
+    assert calls == ["synccheck"]
