@@ -109,10 +109,37 @@ def check_requires(entry: Entry, step: Step, facts: Facts) -> tuple[str | None, 
     absent = [name for name in (*req.get("env", ()), *step.requires_env) if not facts.environ.get(name)]
     if absent:
         return f"needs {', '.join('$' + a for a in absent)} (e.g. a model file path)", warnings
+    if req.get("model_keys"):
+        missing_model = check_model_keys(req["model_keys"], facts.environ.get(MODEL_ENV))
+        if missing_model:
+            return missing_model, warnings
     if req.get("lineinfo") and build is not None and build.cache_path is not None and not build.lineinfo:
         warnings.append("the build lacks -lineinfo: sanitizer sites will have no file:line "
                         "(reconfigure with -DCMAKE_CUDA_FLAGS=-lineinfo)")
     return None, warnings
+
+
+MODEL_ENV = "LLAMA_KV_MODEL"
+
+
+def check_model_keys(keys, model: str | None) -> str | None:
+    """Why the model in $LLAMA_KV_MODEL cannot serve this entry (None when it can, or when no
+    model is named: the env requirement speaks for that)."""
+    if not model:
+        return None
+    from kvdiag.model.gguf_meta import GGUFError, read_metadata
+
+    try:
+        meta = read_metadata(model)
+    except (OSError, GGUFError) as exc:
+        return f"${MODEL_ENV} ({model}) cannot be read as a GGUF model: {exc}"
+    for key in keys:
+        value = meta.arch_value(key)
+        if not value:
+            found = "0" if value is not None else "absent"
+            return (f"the model in ${MODEL_ENV} ({Path(model).name}, architecture {meta.architecture or '?'}) "
+                    f"has no {meta.architecture or '<arch>'}.{key} ({found}): this entry needs a model that has it")
+    return None
 
 
 def judge_applicability(entry: Entry, step: Step, facts: Facts) -> Judgement:

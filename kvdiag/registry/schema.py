@@ -131,6 +131,9 @@ REQUIRES = Section(
         "gpu": Key("bool", doc="A CUDA GPU must be visible."),
         "env": Key("list[str]", doc="Environment variables that must be set, e.g. LLAMA_KV_MODEL."),
         "lineinfo": Key("bool", doc="Warn (not skip) when the build lacks -lineinfo: sites lose file:line."),
+        "model_keys": Key("list[str]", doc="GGUF metadata keys (after the architecture prefix) the model in "
+                                           "$LLAMA_KV_MODEL must carry with a non-zero value, e.g. "
+                                           "nextn_predict_layers (an MTP head)."),
         "note": _s(),
     },
 )

@@ -79,6 +79,45 @@ def test_missing_env_var_is_skipped_and_runs_once_set(kv, monkeypatch):
     assert r.outcome.verdict is Verdict.NOT_REPRODUCED
 
 
+def test_a_model_without_the_required_key_is_skipped_before_anything_starts(kv, monkeypatch, tmp_path):
+    """D3's shape: MTP needs `<arch>.nextn_predict_layers` in the model; a synthesized llama model
+    has none, an unreadable file is named, and a model that has the key goes ahead."""
+    gguf = pytest.importorskip("gguf")
+    from kvdiag.model.synth import ModelSpec, synthesize
+
+    entry = kv.entry("D923", d2_like(sanitizer=False, requires='env = ["LLAMA_KV_MODEL"]\nmodel_keys = ["nextn_predict_layers"]',
+                                     signature='''
+        [[signature]]
+        type = "case"
+        status = "FAIL"
+        '''))
+    target = kv.target_for("backend_ops_all_ok", sanitizer=None)
+    tiny = tmp_path / "tiny.gguf"
+    synthesize(ModelSpec(head_dim=64, n_head=4, n_head_kv=2, n_layer=1, n_embd=64, n_ff=64), tiny)
+    monkeypatch.setenv("LLAMA_KV_MODEL", str(tiny))
+    r = kv.run(entry, target)
+    assert r.outcome.verdict is Verdict.SKIPPED
+    assert r.outcome.reason == ("the model in $LLAMA_KV_MODEL (tiny.gguf, architecture llama) has no "
+                                "llama.nextn_predict_layers (absent): this entry needs a model that has it")
+    assert_nothing_ran(r)
+
+    (tmp_path / "text.gguf").write_text("not a model")
+    monkeypatch.setenv("LLAMA_KV_MODEL", str(tmp_path / "text.gguf"))
+    r = kv.run(entry, target)
+    assert r.outcome.verdict is Verdict.SKIPPED and "cannot be read as a GGUF model" in r.outcome.reason
+
+    mtp = tmp_path / "mtp.gguf"
+    writer = gguf.GGUFWriter(str(mtp), "qwen35")
+    writer.add_uint32("qwen35.nextn_predict_layers", 1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    monkeypatch.setenv("LLAMA_KV_MODEL", str(mtp))
+    r = kv.run(entry, target)
+    assert r.outcome.verdict is Verdict.NOT_REPRODUCED
+
+
 def test_cli_bad_sanitizer_path_is_a_usage_error(kv, capsys):
     build = kv.build("backend_ops_d2_diverges")
     code = main(["run", "D2", "--build", str(build), "--sanitizer", str(kv.root / "no-such-sanitizer")])
