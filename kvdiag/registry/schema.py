@@ -203,6 +203,10 @@ SCAN = Section(
         "step": _s("The step run per case.", required=True),
         "op": _s(required=True),
         "params": Key("regex", required=True, doc="Regex selecting the case space."),
+        "print_limit": Key("int", doc="The sanitizer's --print-limit per case (instead of the step's): a scan "
+                                      "asks which cases are hit, and printing findings is what costs."),
+        "sanitizer_options": Key("list[str]", doc="Sanitizer options per case, replacing the step's "
+                                                  "(e.g. --show-backtrace no)."),
     },
 )
 

@@ -32,7 +32,7 @@ from engine_helpers import (
 )
 from kvdiag.cli import main
 from kvdiag.engine.execute import no_sanitizer_gate
-from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, exact_case_regex, scan
+from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, exact_case_regex, scan, scan_step
 from kvdiag.engine.scan_session import render_scan
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.errors import UsageError
@@ -467,3 +467,23 @@ def test_cli_scan_of_a_missing_build_is_one_clean_line(kv, capsys):
     out, err = capsys.readouterr()
     assert rc == 64 and out == ""
     assert err == f"kvdiag: build folder does not exist: {kv.root / 'nowhere'}\n"
+
+
+def test_the_scan_section_sets_the_sanitizer_output_of_every_case(kv):
+    """`[scan] print_limit` and `sanitizer_options` replace the step's for the scan only: a case
+    command carries `--print-limit 1 --show-backtrace no`, while `kvdiag run`'s step keeps its own."""
+    body = scan_entry_body(30) + 'print_limit = 1\nsanitizer_options = ["--show-backtrace", "no"]\n'
+    entry = kv.entry("D924", body)
+    step = scan_step(entry)
+    assert step.print_limit == 1 and step.sanitizer_options == ("--show-backtrace", "no")
+    assert entry.step("fast").print_limit != 1
+    target = kv.target(kv.build("backend_ops_case_space"), sanitizer=kv.sanitizer())
+    full = enumerate_cases(target, OP, "hsk=256", RunDir(kv.root / "enumerate-lean"))
+    space = CaseSpace(OP, "hsk=256", tuple(p for p in full.supported if p != HANG)[:2], full.not_supported)
+    run_dir = RunDir(kv.root / "lean")
+    scan(entry, target, run_dir, space=space, workers=2, gate_provider=lambda tool: ALLOWED)
+    argvs = [json.loads(c.read_text())["argv"] for c in sorted(run_dir.logs.glob("case*.cmd.json"))]
+    assert len(argvs) == 2
+    for argv in argvs:
+        i = argv.index("--print-limit")
+        assert argv[i + 1] == "1" and argv[argv.index("--show-backtrace") + 1] == "no"
