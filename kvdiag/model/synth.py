@@ -35,6 +35,16 @@ table and a pre-tokenizer name), and llama.cpp finds the newline token
 (``<0x0A>``) by name, which exists. Every prompt therefore tokenizes into bytes
 (plus BOS), whatever its text. ``--vocab`` larger than 259 adds ``<unused_N>``
 tokens (type UNUSED) to widen the output layer.
+
+The rows of ``output`` that belong to anything but the printable ASCII bytes
+(0x20-0x7E) are zero, so their logit is exactly 0 while the 95 printable ones
+are random: greedy decoding (the registry's requests use temperature 0) then
+emits printable ASCII only and never EOS, and runs for the full ``n_predict``.
+Random weights over all 256 bytes produced invalid UTF-8, and upstream
+llama-server (749f688fc) answered every completion on such a model with HTTP
+500 "The model produced output that does not match the expected Content-only
+format" (device run, two H200s, 2026-11-29). This remedy has not yet been
+re-run on a device.
 """
 
 from __future__ import annotations
@@ -142,6 +152,10 @@ class ModelSpec:
         return shapes
 
 
+# Token ids of the printable ASCII bytes 0x20-0x7E: the only rows of `output` left non-zero.
+SPEAKABLE_TOKENS = frozenset(range(len(SPECIALS) + 0x20, len(SPECIALS) + 0x7F))
+
+
 def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     """Tokens, scores and token types of the byte-fallback SentencePiece vocab."""
     tokens = list(SPECIALS) + [f"<0x{b:02X}>" for b in range(N_BYTE_TOKENS)]
@@ -194,6 +208,8 @@ def synthesize(spec: ModelSpec, path: Path) -> SynthReport:
                 data = np.ones(numpy_shape, dtype=np.float32)
             else:
                 data = (rng.standard_normal(numpy_shape, dtype=np.float32) * WEIGHT_STD).astype(wtype)
+            if name == "output.weight":
+                data[[i for i in range(spec.n_vocab) if i not in SPEAKABLE_TOKENS]] = 0
             writer.add_tensor(name, data)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

@@ -91,6 +91,22 @@ def test_weights_are_random_and_finite_and_norms_are_ones(d2_shaped):
     assert np.all(np.asarray(tensors["output_norm.weight"].data) == 1.0)
 
 
+def test_greedy_decoding_can_only_pick_printable_ascii(d2_shaped):
+    """Rows of `output` outside the printable ASCII bytes are zero (logit 0), the 95 printable rows
+    random: the argmax of any hidden state is a printable byte, never EOS or an invalid UTF-8 byte."""
+    _, reader = d2_shaped
+    tokens = field(reader, "tokenizer.ggml.tokens")
+    out = np.asarray({t.name: t for t in reader.tensors}["output.weight"].data, dtype=np.float32)
+    assert out.shape == (len(tokens), 64)
+    printable = [i for i, t in enumerate(tokens) if t.startswith("<0x") and 0x20 <= int(t[3:5], 16) <= 0x7E]
+    assert len(printable) == 95
+    silent = [i for i in range(len(tokens)) if i not in printable]
+    assert not out[silent].any() and all(out[i].any() for i in printable)
+    hidden = np.random.default_rng(7).standard_normal((500, 64)).astype(np.float32)
+    picked = set(np.argmax(hidden @ out.T, axis=1).tolist())
+    assert picked <= set(printable)
+
+
 def test_the_tokenizer_is_spm_with_byte_fallback_tokens(d2_shaped):
     _, reader = d2_shaped
     assert field(reader, "tokenizer.ggml.model") == "llama"
