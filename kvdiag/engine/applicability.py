@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from kvdiag.registry.entry import Entry, Step
 
@@ -30,6 +30,7 @@ class Facts:
     backend_ops_ops: tuple[str, ...] | None      # None: unknown (no binary, or no --list-ops)
     backend_ops_help: str | None
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    server_help: Callable[[], str | None] | None = None   # llama-server --help, run on first use
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,14 @@ def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
             notes.append(f"test-backend-ops help unknown: {flag} not checked")
         elif flag not in facts.backend_ops_help:
             return f"this test-backend-ops has no {flag} option", notes
+    wanted = applies.get("server_flags", ())
+    help_text = facts.server_help() if wanted and facts.server_help is not None else None
+    for flag in wanted:
+        if help_text is None:
+            notes.append(f"llama-server help unknown (no llama-server in the build, or it printed none): "
+                         f"{flag} not checked")
+        elif flag not in help_text:
+            return f"this llama-server does not offer {flag} (not in its --help): the feature is absent", notes
     return None, notes
 
 

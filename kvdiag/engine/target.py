@@ -7,9 +7,10 @@ and sanitizer version it was reached on.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kvdiag.engine.applicability import Facts
 from kvdiag.proc.sanitizer import find_sanitizer
@@ -21,6 +22,7 @@ class Target:
     environment: Any               # target.host.Environment
     sanitizer: Path | None
     backend_ops: Any               # BackendOpsInfo | None
+    server_help: Callable[[], str | None] | None = None   # llama-server --help, asked for only when needed
 
     @property
     def gpu(self):
@@ -40,6 +42,7 @@ class Target:
             sanitizer=self.sanitizer,
             backend_ops_ops=tuple(self.backend_ops.ops) if self.backend_ops and self.backend_ops.ops else None,
             backend_ops_help=self.backend_ops.help_text if self.backend_ops else None,
+            server_help=self.server_help,
         )
 
     def device_key(self) -> str:
@@ -98,4 +101,29 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
         build = inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness) if build_dir else None
         environment = env_future.result()
         backend_ops = ops_future.result() if ops_future is not None else None
-    return Target(build=build, environment=environment, sanitizer=found_sanitizer, backend_ops=backend_ops)
+    server = find_binaries(build_dir).get("llama-server") if build_dir is not None and build_dir.is_dir() else None
+    server_help = _lazy_help(server, log_dir, home) if server is not None else None
+    return Target(build=build, environment=environment, sanitizer=found_sanitizer, backend_ops=backend_ops,
+                  server_help=server_help)
+
+
+def _lazy_help(binary: Path, log_dir: Path, home: Path | None) -> Callable[[], str | None]:
+    """llama-server's --help, run the first time an entry asks (memoised like test-backend-ops'):
+    only entries with `applies.server_flags` pay for it."""
+    from kvdiag.target.build import probe_help
+    from kvdiag.target.memo import binary_key, memoised
+
+    lock = threading.Lock()
+    answer: list[str | None] = []
+
+    def probe() -> str | None:
+        return probe_help(binary, log_dir=log_dir, name="llama-server-help")
+
+    def get() -> str | None:
+        with lock:
+            if not answer:
+                answer.append(memoised(home, "server-help", binary_key(binary), probe, lambda text: text is not None)
+                              if home is not None else probe())
+            return answer[0]
+
+    return get

@@ -119,6 +119,7 @@ APPLIES = Section(
         "source_paths": Key("list[str]", doc="Paths that must exist in the source tree (fork detection)."),
         "ops": Key("list[str]", doc="Ops test-backend-ops must know."),
         "backend_ops_flags": Key("list[str]", doc="Options test-backend-ops must accept, e.g. --seed."),
+        "server_flags": Key("list[str]", doc="Text llama-server's --help must contain, e.g. draft-mtp."),
         "note": _s(),
     },
 )

@@ -722,6 +722,13 @@ def parse_ops_list(text: str) -> tuple[str, ...]:
     return tuple(ops)
 
 
+def probe_help(binary: Path, *, log_dir: Path, name: str) -> str | None:
+    """A binary's ``--help`` text (any exit code); None when it printed nothing or hung."""
+    result = run_command([str(binary), "--help"], timeout=PROBE_TIMEOUT_S, log_dir=Path(log_dir), name=name)
+    text = result.combined_text()
+    return text if text.strip() and not result.timed_out else None
+
+
 def probe_backend_ops(binary: Path, *, log_dir: Path) -> BackendOpsInfo:
     """Run ``test-backend-ops --help`` (any exit code) and ``--list-ops`` when the help mentions it."""
     binary = Path(binary)

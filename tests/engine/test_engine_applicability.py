@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from engine_helpers import ALLOWED, NO_GPU, REFUSED, d2_like, fake_gpu
+from engine_helpers import ALLOWED, NO_GPU, REFUSED, REPO, d2_like, fake_gpu
 from kvdiag.cli import main
 from kvdiag.engine.verdict import Verdict
 from kvdiag.proc.sanitizer import find_sanitizer
@@ -116,6 +116,38 @@ def test_a_model_without_the_required_key_is_skipped_before_anything_starts(kv, 
     monkeypatch.setenv("LLAMA_KV_MODEL", str(mtp))
     r = kv.run(entry, target)
     assert r.outcome.verdict is Verdict.NOT_REPRODUCED
+
+
+@pytest.mark.parametrize("standin, verdict", [("help_lacks_mtp", Verdict.NOT_APPLICABLE),
+                                               ("help_offers_mtp", Verdict.SKIPPED)])
+def test_a_server_without_the_feature_is_not_applicable(kv, monkeypatch, standin, verdict):
+    """D3's shape on two builds: a llama-server whose --help lacks draft-mtp cannot have the defect
+    (not-applicable, before the model is even looked at); one that offers it goes on to the
+    requirements and is skipped for want of $LLAMA_KV_MODEL."""
+    import stat
+    import sys
+
+    build = kv.build("backend_ops_all_ok")
+    exe = build / "bin" / "llama-server"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(f"#!{sys.executable}\n" + (REPO / "tests" / "scenarios" / "servers" / f"{standin}.py").read_text())
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    entry = kv.entry("D925", d2_like(sanitizer=False, applies='[applies]\nserver_flags = ["draft-mtp"]',
+                                     requires='env = ["LLAMA_KV_MODEL"]',
+                                     step_extra='requires_binaries = ["test-backend-ops", "llama-server"]\n', signature='''
+        [[signature]]
+        type = "case"
+        status = "FAIL"
+        '''))
+    monkeypatch.delenv("LLAMA_KV_MODEL", raising=False)
+    r = kv.run(entry, kv.target(build, sanitizer=None))
+    assert r.outcome.verdict is verdict
+    if verdict is Verdict.NOT_APPLICABLE:
+        assert r.outcome.reason == ("this llama-server does not offer draft-mtp (not in its --help): "
+                                    "the feature is absent")
+    else:
+        assert r.outcome.reason == "needs $LLAMA_KV_MODEL (e.g. a model file path)"
+    assert_nothing_ran(r)
 
 
 def test_cli_bad_sanitizer_path_is_a_usage_error(kv, capsys):
