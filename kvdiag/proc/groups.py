@@ -119,9 +119,14 @@ def reap_and_list_live(pgid: int, leader: int) -> list[int] | None:
                 continue
             if ppid == me:
                 try:
-                    os.waitpid(pid, os.WNOHANG)
+                    reaped, _ = os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:
-                    pass
-                continue
+                    continue
+                if reaped:
+                    continue
+                # /proc says Z but the kernel will not hand it over yet: a multi-threaded
+                # process's main thread is a zombie while its other threads still exit.
+                # Still ours to reap: keep waiting (measured: a threaded stand-in server
+                # left as a zombie about 1 run in 10 on a loaded 2-core machine).
         live.append(pid)
     return live

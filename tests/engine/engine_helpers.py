@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import stat
 import textwrap
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from process_checks import pid_gone, wait_until  # noqa: F401 - re-exported for the engine tests
 
 from kvdiag.engine.execute import RunOptions, no_sanitizer_gate, run_entry
 from kvdiag.engine.judge import Gate
@@ -277,18 +277,6 @@ def d2_like(*, timeout: int = 120, runs: int | None = None, sanitizer: bool = Tr
 
 # ------------------------------------------------------------------ processes
 
-def pid_gone(pid: int) -> bool:
-    """True when no process (not even a zombie) has this pid."""
-    return not os.path.exists(f"/proc/{pid}")
-
-
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
+
+from process_checks import pid_gone, wait_until  # noqa: F401 - re-exported for the proc tests
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,18 +25,6 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def pid_gone(pid: int) -> bool:
-    """True when no process (not even a zombie) has this pid."""
-    return not os.path.exists(f"/proc/{pid}")
-
-
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def my_zombies() -> list[int]:

@@ -255,6 +255,17 @@ def test_members_left_behind_by_a_finished_command_are_killed(log_dir):
     assert my_zombies() == []
 
 
+def test_an_orphan_whose_main_thread_exited_first_is_waited_for_and_reaped(log_dir):
+    """/proc shows such an orphan as a zombie while waitpid() cannot take it yet: the runner must
+    keep waiting for it, not count it done (it was left unreaped, found as a flaky server test)."""
+    r = run_command(scenario("orphan_threads_outlive_main.py"), timeout=20, log_dir=log_dir,
+                    name="orphan", kill_grace=5.0)
+    orphan = int(r.stdout_text().split()[1])
+    assert r.ok and not r.timed_out
+    assert pid_gone(orphan)                        # reaped before run_command returned
+    assert my_zombies() == []
+
+
 def test_killed_by_its_own_signal(log_dir, tmp_path):
     prog = tmp_path / "kills_itself.sh"
     prog.write_text("#!/bin/sh\necho before\nkill -SEGV $$\n")

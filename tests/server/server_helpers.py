@@ -7,11 +7,12 @@ Each stand-in listens on 127.0.0.1 on the port kvdiag passes, ends itself after
 
 from __future__ import annotations
 
-import os
 import re
 import stat
 import sys
 from pathlib import Path
+
+from process_checks import pid_gone as _pid_gone
 
 from kvdiag.registry.entry import Step
 
@@ -45,19 +46,8 @@ def server_step(timeout: int = 20, **vars) -> Step:
 
 
 def pid_gone(pid: int, within: float = 3.0) -> bool:
-    """True when no process, not even a zombie, has this pid (waiting up to `within` s).
-
-    A grandchild killed with its group can still be in the kernel's exit path for a
-    moment after the executor saw the group empty; a live orphan never goes away.
-    """
-    import time
-
-    end = time.monotonic() + within
-    while os.path.exists(f"/proc/{pid}"):
-        if time.monotonic() >= end:
-            return False
-        time.sleep(0.02)
-    return True
+    """A stopped server's pid: gone within `within` seconds (see process_checks.pid_gone)."""
+    return _pid_gone(pid, within)
 
 
 def pids_in(text: str) -> dict[str, int]:
