@@ -47,6 +47,7 @@ class ScanResult:
     results: dict[str, Attempt] = field(default_factory=dict)   # params -> attempt
     wall_s: float = 0.0
     interrupted: bool = False
+    sanitizer_output: str | None = None   # the scan's own print limit / options, when it sets them
 
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
         return [(p, a) for p, a in self.results.items() if a.verdict is verdict]
@@ -86,7 +87,7 @@ class ScanResult:
         return {
             "entry": self.entry_id, "op": self.space.op, "params": self.space.params, "workers": self.workers,
             "wall_s": round(self.wall_s, 3), "sum_case_s": round(self.sum_case_s, 3),
-            "interrupted": self.interrupted,
+            "interrupted": self.interrupted, "sanitizer_output": self.sanitizer_output,
             "cases": {p: {"verdict": a.verdict.value, "reason": a.reason, "error_count": a.evidence.error_count,
                           "sites": [s["site"] for s in a.evidence.sites],
                           "instantiations": list(a.evidence.instantiations),
@@ -151,6 +152,15 @@ def scan_step(entry: Entry) -> Step:
     return step
 
 
+def _output_note(entry: Entry, step: Step) -> str | None:
+    if not entry.scan or not ({"print_limit", "sanitizer_options"} & set(entry.scan)):
+        return None
+    options = " ".join(step.sanitizer_options)
+    limit = f"--print-limit {step.print_limit}" if step.print_limit is not None else ""
+    return (f"per case {' '.join(x for x in (limit, options) if x)} (the scan's own settings: error counts "
+            f"compare with other scans of {entry.id}, not with `kvdiag run`)")
+
+
 def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, workers: int,
          gate_provider: GateProvider, on_case: Callable[[str, Attempt], None] | None = None,
          limit: int | None = None, devices: Sequence[Any] = ()) -> ScanResult:
@@ -169,7 +179,7 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     device_of: dict[Future, int] = {}
     step = scan_step(entry)
     cases: Sequence[str] = space.supported[:limit] if limit else space.supported
-    result = ScanResult(entry_id=entry.id, space=space, workers=workers)
+    result = ScanResult(entry_id=entry.id, space=space, workers=workers, sanitizer_output=_output_note(entry, step))
     cancel = threading.Event()
     started = time.monotonic()
 

@@ -482,6 +482,11 @@ def test_the_scan_section_sets_the_sanitizer_output_of_every_case(kv):
     space = CaseSpace(OP, "hsk=256", tuple(p for p in full.supported if p != HANG)[:2], full.not_supported)
     run_dir = RunDir(kv.root / "lean")
     scan(entry, target, run_dir, space=space, workers=2, gate_provider=lambda tool: ALLOWED)
+    result = scan(entry, target, RunDir(kv.root / "lean-again"), space=space, workers=2,
+                  gate_provider=lambda tool: ALLOWED)
+    assert result.to_dict()["sanitizer_output"] == (
+        "per case --print-limit 1 --show-backtrace no (the scan's own settings: error counts compare with "
+        "other scans of D924, not with `kvdiag run`)")
     argvs = [json.loads(c.read_text())["argv"] for c in sorted(run_dir.logs.glob("case*.cmd.json"))]
     assert len(argvs) == 2
     for argv in argvs:
