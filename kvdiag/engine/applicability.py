@@ -19,6 +19,9 @@ from typing import Any, Callable, Mapping
 from kvdiag.registry.entry import Entry, Step
 
 
+MODEL_ENV = "LLAMA_KV_MODEL"   # where server entries find their model, as in the seed
+
+
 @dataclass(frozen=True)
 class Facts:
     """What kvdiag knows about the target when it judges applicability."""
@@ -126,9 +129,6 @@ def check_requires(entry: Entry, step: Step, facts: Facts) -> tuple[str | None, 
         warnings.append("the build lacks -lineinfo: sanitizer sites will have no file:line "
                         "(reconfigure with -DCMAKE_CUDA_FLAGS=-lineinfo)")
     return None, warnings
-
-
-MODEL_ENV = "LLAMA_KV_MODEL"
 
 
 def check_model_keys(keys, model: str | None) -> str | None:

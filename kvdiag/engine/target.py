@@ -91,8 +91,9 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
         else:
             env_future = pool.submit(environment)
         ops_future = None
+        binaries = find_binaries(build_dir) if build_dir is not None and build_dir.is_dir() else {}
         if build_dir is not None:
-            binary = find_binaries(build_dir).get("test-backend-ops") if build_dir.is_dir() else None
+            binary = binaries.get("test-backend-ops")
             if binary is not None and home is not None:
                 ops_future = pool.submit(memoised, home, "backend-ops", binary_key(binary),
                                          lambda: probe_backend_ops(binary, log_dir=log_dir))
@@ -101,7 +102,7 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
         build = inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness) if build_dir else None
         environment = env_future.result()
         backend_ops = ops_future.result() if ops_future is not None else None
-    server = find_binaries(build_dir).get("llama-server") if build_dir is not None and build_dir.is_dir() else None
+    server = binaries.get("llama-server")
     server_help = _lazy_help(server, log_dir, home) if server is not None else None
     return Target(build=build, environment=environment, sanitizer=found_sanitizer, backend_ops=backend_ops,
                   server_help=server_help)
