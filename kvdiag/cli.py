@@ -278,12 +278,18 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.option("--limit", type=click.IntRange(1, 100000), help="Run only the first N supported cases.")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--devices", metavar="I,J", help="GPUs to spread the cases over (default: every visible one).")
+@click.option("--batch", type=click.IntRange(0, 32), default=0, show_default=True,
+              help="Cases per process: 0 spreads the cases evenly over the workers (at most 32 each), "
+                   "1 runs one process per case.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @pass_ctx
-def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, fmt) -> int:
-    """Every affected shape: one process per test case, in parallel, aggregated.
+def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, batch, fmt) -> int:
+    """Every affected shape: every test case judged on its own output, in parallel, aggregated.
 
-    With several GPUs, -j is per GPU and every case names the GPU it ran on.
+    Cases run several to a process (a host starts only a few CUDA processes per
+    second); each case's findings are those printed with it, and a case a batch
+    cannot judge runs again alone. With several GPUs, -j is per GPU and every case
+    names the GPU it ran on.
     Exit 1 if any case is affected, 4 if none is but some case was inconclusive,
     else 0; when the entry cannot be scanned here, the exit code of that verdict
     (2 not-applicable, 3 skipped).
@@ -295,7 +301,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
         raise UsageError(f"build folder does not exist: {build_dir}")
     try:
         result = run_scan(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
-                          fmt=fmt, devices=devices)
+                          fmt=fmt, devices=devices, batch=batch)
     except ScanNotRun as exc:
         from kvdiag.engine.verdict import Verdict
 

@@ -160,12 +160,12 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
         return _attempt_server(entry, step, target, run_dir, index, label, options, gate_provider, name_prefix,
                                started)
     try:
-        planned = _plan(entry, step, target, run_dir, options)
+        planned = plan_step(entry, step, target, run_dir, options)
     except TemplateProblem as exc:
         return _not_run(step, index, Verdict.SKIPPED, str(exc))
     results, sanitizer_logs = [], []
     invocation = sanitizer_invocation(step)
-    lease = _gpu_lease(entry, target, options)
+    lease = gpu_lease(entry, target, options)
     progress.start(label)
     try:
         with lease:
@@ -209,7 +209,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
 
     progress = options.progress or Progress(enabled=False)
     try:
-        planned = _plan(entry, step, target, run_dir, options)
+        planned = plan_step(entry, step, target, run_dir, options)
     except TemplateProblem as exc:
         return _not_run(step, index, Verdict.SKIPPED, str(exc))
     name = name_prefix or f"{step.name}-{index}"
@@ -222,7 +222,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
         argv = invocation.argv(target.sanitizer, log, argv)
     progress.start(label)
     try:
-        with _gpu_lease(entry, target, options):
+        with gpu_lease(entry, target, options):
             result, _server = run_server_attempt(
                 step, argv, planned.env or None, run_dir.logs, name,
                 requests=completion_requests({**step.vars, **options.overrides}),
@@ -240,7 +240,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
                          time.monotonic() - started, str(run_dir.logs))
 
 
-def _plan(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: RunOptions):
+def plan_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: RunOptions):
     build = target.build
     context = template_context(
         entry, step, binaries=build.binaries if build else {}, build_dir=build.build_dir if build else None,
@@ -255,7 +255,7 @@ def _plan(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: Ru
     return planned
 
 
-def _gpu_lease(entry: Entry, target: Target, options: RunOptions):
+def gpu_lease(entry: Entry, target: Target, options: RunOptions):
     """A slot of the GPU's pool for GPU work; a no-op context for CPU-only entries."""
     import contextlib
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from kvdiag.parse.aborts import AbortInfo, parse_aborts
 from kvdiag.parse.backend_ops import BackendOpsReport, parse_backend_ops
 from kvdiag.parse.sanitizer import SanitizerReport, parse_sanitizer
 from kvdiag.parse.text import strip_ansi
 from kvdiag.registry.entry import Step
+
+if TYPE_CHECKING:
+    from kvdiag.parse.case_segments import CaseSegment, CaseSplit
 
 
 @dataclass(frozen=True)
@@ -69,3 +72,26 @@ def observe_staleness(step: Step, stale: bool | None, detail: str) -> Observatio
     """A build-check step runs nothing: its observation is the staleness dry run."""
     return Observations(step=step, results=(), stdout="", stderr="", combined=detail, sanitizer_text="",
                         sanitizer=None, backend_ops=None, aborts=(), stale=stale, stale_detail=detail)
+
+
+def observe_segment(step: Step, text: str, split: "CaseSplit", segment: "CaseSegment") -> Observations:
+    """One case's share of a process that ran several (a scan batch), observed as if it
+    had run alone: its own lines, its own findings, and the tool's count for them.
+
+    The process's exit status is not the case's (another case's findings set it), so
+    no command result is attached; the caller only judges a case this way when the
+    process finished its report and the split accounted for every error it counted."""
+    from dataclasses import replace
+
+    from kvdiag.parse.case_segments import segment_text
+    from kvdiag.parse.sanitizer import MARKER, fold_sites
+
+    own = segment_text(text, segment)
+    report = None
+    if split.sanitizer is not None:
+        report = replace(split.sanitizer, findings=segment.findings, sites=fold_sites(segment.findings),
+                         error_count=segment.error_count, not_printed=None, racecheck=None)
+    backend = replace(split.backend_ops, cases=(segment.case,), running_case=None) if split.backend_ops else None
+    sanitizer_text = "".join(line for line in own.splitlines(keepends=True) if MARKER in line)
+    return Observations(step=step, results=(), stdout=own, stderr="", combined=own, sanitizer_text=sanitizer_text,
+                        sanitizer=report, backend_ops=backend, aborts=())

@@ -1,25 +1,29 @@
-"""`kvdiag scan`: the blast radius of a defect, one process per test case.
+"""`kvdiag scan`: the blast radius of a defect, judged case by case.
 
-A diverging FlashAttention case aborts the whole test-backend-ops process, and a
-single sanitized process with --destroy-on-device-error walks every case but
-cannot say which case produced which finding (measured: 133 cases, 246 s,
-201,728 errors, and 133/133 OK printed). So the scan lists the case space with
-`test-backend-ops support` (no kernel runs), then runs the entry's step once per
-supported case, in parallel workers that each hold a slot of the GPU's pool, and
-aggregates per case: affected, unaffected, inconclusive, not supported.
+A diverging FlashAttention case ends a test-backend-ops process under the sanitizer's
+default settings, and a single process walking the whole space with its report in a
+separate file cannot say which case produced which finding (measured: 133 cases, 246 s,
+201,728 errors, 133/133 OK printed). So the scan lists the case space with
+`test-backend-ops support` (no kernel runs) and runs the supported cases in parallel
+workers that each hold a slot of their GPU's pool: in batches of several cases per
+process, the report interleaved with the cases' status lines on a terminal so that
+every finding lands in its case (`scan_batch`, `parse.case_segments`), or one process
+per case (`--batch 1`, and any case a batch cannot judge). It aggregates per case:
+affected, unaffected, inconclusive, not supported.
 """
-
 from __future__ import annotations
 
 import dataclasses
 import threading
 import time
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from kvdiag.engine.execute import GateProvider, RunOptions, attempt_step
 from kvdiag.engine.planning import escape_params
+from kvdiag.engine.scan_batch import BatchOutcome, auto_batch_size, batch_step, batchable, run_batch
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Verdict
 from kvdiag.errors import UsageError
@@ -48,6 +52,8 @@ class ScanResult:
     wall_s: float = 0.0
     interrupted: bool = False
     sanitizer_output: str | None = None   # the scan's own print limit / options, when it sets them
+    batch_size: int = 1                   # cases per process (1: one process per case)
+    batches: list[dict[str, Any]] = field(default_factory=list)
 
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
         return [(p, a) for p, a in self.results.items() if a.verdict is verdict]
@@ -88,6 +94,7 @@ class ScanResult:
             "entry": self.entry_id, "op": self.space.op, "params": self.space.params, "workers": self.workers,
             "wall_s": round(self.wall_s, 3), "sum_case_s": round(self.sum_case_s, 3),
             "interrupted": self.interrupted, "sanitizer_output": self.sanitizer_output,
+            "batch_size": self.batch_size, "batches": list(self.batches), "ran_alone_after_batch": self.ran_alone(),
             "cases": {p: {"verdict": a.verdict.value, "reason": a.reason, "error_count": a.evidence.error_count,
                           "sites": [s["site"] for s in a.evidence.sites],
                           "instantiations": list(a.evidence.instantiations),
@@ -100,6 +107,10 @@ class ScanResult:
             "counts": {v.value: len(self.by_verdict(v)) for v in Verdict},
             "devices": self.per_device(),
         }
+
+    def ran_alone(self) -> int:
+        """Cases that a batch handed back and that then ran one per process."""
+        return sum(b["again"] for b in self.batches)
 
     def per_device(self) -> dict[str, dict[str, Any]]:
         """Cases and affected cases per GPU, when the scan was spread over several."""
@@ -152,25 +163,37 @@ def scan_step(entry: Entry) -> Step:
     return step
 
 
-def _output_note(entry: Entry, step: Step) -> str | None:
-    if not entry.scan or not ({"print_limit", "sanitizer_options"} & set(entry.scan)):
+def _output_note(entry: Entry, step: Step, batch_size: int = 1) -> str | None:
+    """How the scan asks the sanitizer to print, when that differs from `kvdiag run`."""
+    alone = None
+    if entry.scan and ({"print_limit", "sanitizer_options"} & set(entry.scan)):
+        limit = f"--print-limit {step.print_limit}" if step.print_limit is not None else ""
+        alone = " ".join(x for x in (limit, " ".join(step.sanitizer_options)) if x)
+    if batch_size > 1 and step.sanitizer:
+        batched = " ".join(batch_step(step).sanitizer_options)
+        text = (f"up to {batch_size} cases per process, --print-limit 0 {batched}; a case counts the errors "
+                f"printed between its status line and the previous one")
+        if alone:
+            text += f"; a case a batch hands back runs alone with {alone}"
+        return text + f" (error counts compare with other scans of {entry.id}, not with `kvdiag run`)"
+    if alone is None:
         return None
-    options = " ".join(step.sanitizer_options)
-    limit = f"--print-limit {step.print_limit}" if step.print_limit is not None else ""
-    return (f"per case {' '.join(x for x in (limit, options) if x)} (the scan's own settings: error counts "
+    return (f"per case {alone} (the scan's own settings: error counts "
             f"compare with other scans of {entry.id}, not with `kvdiag run`)")
 
 
 def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, workers: int,
          gate_provider: GateProvider, on_case: Callable[[str, Attempt], None] | None = None,
-         limit: int | None = None, devices: Sequence[Any] = ()) -> ScanResult:
-    """Run the entry's scan step once per supported case with `workers` in parallel.
+         limit: int | None = None, devices: Sequence[Any] = (), batch: int = 1) -> ScanResult:
+    """Run the entry's scan step over the supported cases with `workers` in parallel.
 
-    `workers` is per device: each case is handed to the device with the fewest
-    cases in flight, pinned to it, and names it (with one device too, so that
-    `--devices 1` means GPU 1 and every case says where it ran).
-    Ctrl-C stops handing out cases, cancels the running processes (their groups are
-    killed by the runner) and returns what finished; the caller records it.
+    `workers` is per device: each unit of work is handed to the device with the fewest
+    units in flight, pinned to it, and names it (with one device too, so that
+    `--devices 1` means GPU 1 and every case says where it ran). `batch` is how many
+    cases one process runs (1: one process per case; 0: as many as spreads the cases
+    evenly over the workers, see scan_batch); a case a batch cannot judge runs again
+    alone. Ctrl-C stops handing out work, cancels the running processes (their groups
+    are killed by the runner) and returns what finished; the caller records it.
     """
     pinned = list(devices)
     per_device = workers
@@ -179,26 +202,49 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     device_of: dict[Future, int] = {}
     step = scan_step(entry)
     cases: Sequence[str] = space.supported[:limit] if limit else space.supported
-    result = ScanResult(entry_id=entry.id, space=space, workers=workers, sanitizer_output=_output_note(entry, step))
+    numbered = list(enumerate(cases, start=1))
+    size = auto_batch_size(len(numbered), workers) if batch == 0 else max(1, batch)
+    if size > 1 and not batchable(step):
+        size = 1
+    result = ScanResult(entry_id=entry.id, space=space, workers=workers, batch_size=size,
+                        sanitizer_output=_output_note(entry, step, size))
     cancel = threading.Event()
     started = time.monotonic()
+    index_of = dict((p, i) for i, p in numbered)
 
-    def one(index: int, params: str, device: Any) -> tuple[str, Attempt]:
+    def one(index: int, params: str, device: Any) -> dict[str, Attempt]:
         options = RunOptions(overrides={"params": exact_case_regex(params)}, cancel=cancel, device=device)
         attempt = attempt_step(entry, step, target, run_dir, index, f"{entry.id} case {index}", options,
                                gate_provider, name_prefix=f"case{index:04d}")
-        return params, attempt
+        return {params: attempt}
+
+    def several(number: int, unit: list[tuple[int, str]], device: Any) -> BatchOutcome:
+        options = RunOptions(cancel=cancel, device=device)
+        return run_batch(entry, step, target, run_dir, number=number, cases=unit, options=options,
+                         gate_provider=gate_provider)
+
+    def record(attempts: dict[str, Attempt]) -> None:
+        for params, attempt in attempts.items():
+            result.results[params] = attempt
+            if on_case:
+                on_case(params, attempt)
 
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvdiag-scan")
     pending: set[Future] = set()
     submitted: list[Future] = []
-    queue = list(enumerate(cases, start=1))
+    queue: deque[list[tuple[int, str]]] = deque(numbered[i:i + size] for i in range(0, len(numbered), size))
+    batches = 0
     try:
         while queue or pending:
             while queue and len(pending) < workers and not cancel.is_set():
-                index, params = queue.pop(0)
+                unit = queue.popleft()
                 slot = min(inflight, key=inflight.get) if pinned else None
-                future = pool.submit(one, index, params, pinned[slot] if slot is not None else None)
+                device = pinned[slot] if slot is not None else None
+                if len(unit) == 1:
+                    future = pool.submit(one, unit[0][0], unit[0][1], device)
+                else:
+                    batches += 1
+                    future = pool.submit(several, batches, unit, device)
                 if slot is not None:
                     inflight[slot] += 1
                     device_of[future] = slot
@@ -206,24 +252,36 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
                 pending.add(future)
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             for future in done:
-                if future in device_of:
-                    inflight[device_of.pop(future)] -= 1
-                params, attempt = future.result()
-                result.results[params] = attempt
-                if on_case:
-                    on_case(params, attempt)
+                slot = device_of.pop(future, None)
+                if slot is not None:
+                    inflight[slot] -= 1
+                outcome = future.result()
+                if isinstance(outcome, BatchOutcome):
+                    result.batches.append(_batch_row(outcome, pinned[slot] if slot is not None else None))
+                    record(outcome.resolved)
+                    for params in reversed(outcome.again):   # alone, before the batches still queued
+                        queue.appendleft([(index_of[params], params)])
+                else:
+                    record(outcome)
     except KeyboardInterrupt:
         cancel.set()
         result.interrupted = True
-        # Every case handed out, not only `pending`: a Ctrl-C that lands while the cases of
+        # Every unit handed out, not only `pending`: a Ctrl-C that lands while the cases of
         # one wait() are being recorded (or in on_case) must not lose the rest of them.
         for future in submitted:
             try:
-                params, attempt = future.result()
-            except Exception:  # a worker that broke while being cancelled loses only its own case
+                outcome = future.result()
+            except Exception:  # a worker that broke while being cancelled loses only its own cases
                 continue
-            result.results.setdefault(params, attempt)
+            for params, attempt in (outcome.resolved if isinstance(outcome, BatchOutcome) else outcome).items():
+                result.results.setdefault(params, attempt)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     result.wall_s = time.monotonic() - started
     return result
+
+
+def _batch_row(outcome: BatchOutcome, device: Any) -> dict[str, Any]:
+    return {"cases": len(outcome.resolved) + len(outcome.again), "judged": len(outcome.resolved),
+            "again": len(outcome.again), "why_again": outcome.why_again, "wall_s": round(outcome.wall_s, 3),
+            "device": getattr(device, "index", None), "log": outcome.log}

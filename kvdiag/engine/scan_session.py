@@ -9,7 +9,8 @@ import click
 from tabulate import tabulate
 
 from kvdiag.engine.gates import controls_gate_provider
-from kvdiag.engine.scan import ScanResult, enumerate_cases, scan
+from kvdiag.engine.scan import ScanResult, enumerate_cases, scan, scan_step
+from kvdiag.engine.scan_batch import batchable
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Verdict
 from kvdiag.engine.devices import select_devices
@@ -30,7 +31,8 @@ class ScanNotRun(KvdiagError):
 
 
 def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None, params: str | None,
-             limit: int | None, sanitizer: Path | None, fmt: str, devices: str | None = None) -> ScanResult:
+             limit: int | None, sanitizer: Path | None, fmt: str, devices: str | None = None,
+             batch: int = 1) -> ScanResult:
     if not entry.scan and not (op and params):
         raise UsageError(f"{entry.id} declares no case space: give --op and --params")
     op = op or entry.scan["op"]
@@ -56,11 +58,13 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     if fmt == "text":
         click.echo(f"kvdiag: scanning {len(space.supported[:limit] if limit else space.supported)} case(s) of "
                    f"{op} /{params}/ with {workers} worker(s)"
-                   + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else ""), err=True)
+                   + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else "")
+                   + (", several cases per process" if batch != 1 and batchable(scan_step(entry))
+                      else ", one process per case"), err=True)
     gate_provider = controls_gate_provider(home, target, run_dir.logs)
     try:
         result = scan(entry, target, run_dir, space=space, workers=workers, gate_provider=gate_provider,
-                      limit=limit, devices=chosen)
+                      limit=limit, devices=chosen, batch=batch)
     except KeyboardInterrupt:  # a second Ctrl-C while the first one's cases were being collected
         run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "interrupted",
                                    "target": target.to_dict(), "op": op, "params": params,
@@ -89,5 +93,6 @@ def render_scan(result: ScanResult, run_dir: Path) -> str:
                   for k, v in result.per_device().items()]
     return render("scan.txt.j2", r=result, table=tabulate(rows, headers=["verdict", "errors", "site", "s", "case"]),
                   per_device=per_device,
+                  again_reasons=list(dict.fromkeys(b["why_again"] for b in result.batches if b["why_again"])),
                   counts=counts, other=other, sites=list(result.sites().values()), insts=result.instantiations(),
                   run_dir=run_dir)

@@ -69,6 +69,7 @@ class BackendCase:
     metrics: tuple[CaseMetric, ...] = ()
     notes: tuple[str, ...] = ()
     line_no: int | None = None
+    status_line_no: int | None = None   # where the status was read (a late status comes lines later)
 
     @property
     def case_string(self) -> str:
@@ -374,6 +375,7 @@ def _on_case(state: _State, text: str, line_no: int) -> bool:
         metrics=metrics,
         notes=notes,
         line_no=line_no,
+        status_line_no=line_no if status is not None else None,
     )
     if status is None:
         state.pending = case
@@ -403,6 +405,7 @@ def _on_late_status(state: _State, text: str, line_no: int) -> bool:
             status=status,
             metrics=case.metrics + metrics,
             notes=case.notes + notes + (f"status printed late, on line {line_no}",),
+            status_line_no=line_no,
         )
     )
     state.pending = None

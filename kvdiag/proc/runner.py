@@ -131,6 +131,7 @@ class CommandResult(LogTexts):
     pid: int | None = None
     timeout_s: float | None = None
     survivors: tuple[int, ...] = field(default=())   # pids of the group still alive after SIGKILL (D state)
+    quiet_s: float | None = None   # set when it timed out for printing nothing that long (quiet_timeout)
 
     @property
     def ok(self) -> bool:
@@ -141,6 +142,9 @@ class CommandResult(LogTexts):
         if self.interrupted:
             return "interrupted"
         if self.timed_out:
+            if self.quiet_s is not None:
+                return (f"timed out after {self.quiet_s:.1f} s without output, {self.duration_s:.1f} s in all "
+                        "(process group killed)")
             t = self.timeout_s if self.timeout_s is not None else self.duration_s
             return f"timed out after {t:.1f} s (process group killed)"
         if self.signal is not None:
@@ -259,6 +263,7 @@ class _LogSink:
         self.write_errors = 0
         self.lock = threading.Lock()
         self.closed = False
+        self.last_output = time.monotonic()   # when the last chunk arrived (quiet_timeout)
 
     def callback(self, stream: str) -> Callable[[object], None]:
         def cb(chunk):  # one argument: sh passes the chunk only
@@ -271,6 +276,7 @@ class _LogSink:
         return cb
 
     def feed(self, stream: str, data: bytes) -> None:
+        self.last_output = time.monotonic()
         with self.lock:
             if self.closed:
                 return
@@ -356,7 +362,8 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
                 env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                 cwd: Path | None = None, tty: bool = False,
                 on_output: Callable[[str, str], None] | None = None,
-                kill_grace: float = 3.0, cancel: threading.Event | None = None) -> CommandResult:
+                kill_grace: float = 3.0, cancel: threading.Event | None = None,
+                quiet_timeout: float | None = None) -> CommandResult:
     """Run ``argv`` (a list, never a shell string) in its own session and process group.
 
     Output goes, as it arrives, to ``log_dir/<name>.{stdout,stderr,combined}.log``;
@@ -367,6 +374,10 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     gives stdout a pseudo-terminal so C stdio line-buffers. ``on_output(stream,
     line)`` is called per complete line (without its newline) from a reader thread;
     its exceptions are counted in cmd.json, never raised.
+
+    ``quiet_timeout``: the command also times out when it printed nothing for that many
+    seconds (a scan batch of many cases: each case may take as long as it would alone,
+    and one that hangs does not cost the whole batch's allowance).
 
     ``cancel``: another thread (a scan's Ctrl-C handler) sets it to stop this command;
     the group is killed as on Ctrl-C and the result, marked interrupted, is
@@ -457,6 +468,7 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     pid = running.pid
     pgid = running.pgid
     timed_out = False
+    quiet_for: float | None = None
     interrupted = False
     end_time: float | None = None
     deadline = t0 + timeout
@@ -471,6 +483,10 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
             now = time.monotonic()
             if now >= deadline:
                 timed_out = True
+                break
+            if quiet_timeout is not None and now - sink.last_output >= quiet_timeout:
+                timed_out = True
+                quiet_for = now - sink.last_output
                 break
             if cancel is not None and cancel.is_set():
                 interrupted = cancelled = True
@@ -501,6 +517,7 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
             stdout_path=sink.paths["stdout"], stderr_path=sink.paths["stderr"],
             combined_path=sink.paths["combined"], started_at=started_at,
             executable=executable, pid=pid, timeout_s=timeout, survivors=tuple(survivors),
+            quiet_s=quiet_for,
         )
         res = result.to_dict()
         res.update({

@@ -104,13 +104,16 @@ class SanitizerInvocation:
         out += list(self.options)
         return tuple(out)
 
-    def argv(self, sanitizer: Path, log_file: Path, program_argv: Sequence[str]) -> tuple[str, ...]:
-        """``[sanitizer, --tool, T, --log-file, F, --error-exitcode, 99, *options, *program_argv]``."""
+    def argv(self, sanitizer: Path, log_file: Path | None, program_argv: Sequence[str]) -> tuple[str, ...]:
+        """``[sanitizer, --tool, T, --log-file, F, --error-exitcode, 99, *options, *program_argv]``.
+
+        ``log_file`` None leaves the report in the program's own stdout, interleaved with
+        what the program prints (a scan batch needs that order to tell cases apart)."""
         prog = [os.fspath(a) for a in program_argv]
         if not prog:
             raise ValueError("program_argv must name the program to check")
-        log = os.fspath(log_file).replace("%", "%%")
-        return (os.fspath(sanitizer), "--tool", self.tool, "--log-file", log,
+        log = ("--log-file", os.fspath(log_file).replace("%", "%%")) if log_file is not None else ()
+        return (os.fspath(sanitizer), "--tool", self.tool, *log,
                 "--error-exitcode", str(SANITIZER_ERROR_EXITCODE),
                 *self.tool_options(), *prog)
 

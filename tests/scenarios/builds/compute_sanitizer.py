@@ -17,6 +17,12 @@ no-summary  run PROGRAM, write the banner and the channel's findings without any
             finish its report.
 tool-error  do not run PROGRAM; write the tool's own failure (`Error: Device not supported`)
             followed by `ERROR SUMMARY: 0 errors`, exit 1.
+
+Without --log-file the report goes to stdout, as the real tool's does: the program is
+told (KVDIAG_FAKE_SANITIZER_STREAM) to print its findings itself as they happen, into the
+same terminal, and the summary that follows counts them (each record, and each "Error
+buffer overflow" warning, counts one: the real tool's count). --destroy-on-device-error
+reaches the program as KVDIAG_FAKE_SANITIZER_DESTROY (the real default is context).
 """
 import os
 import re
@@ -41,6 +47,40 @@ while i < len(args) and args[i].startswith("--"):
     opts[args[i]] = args[i + 1]
     i += 2
 program = args[i:]
+
+
+def streamed() -> None:
+    """The report on stdout, interleaved with the program's own output."""
+    import tempfile
+
+    def say(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    say(f"{MARKER} COMPUTE-SANITIZER\n")
+    if mode == "tool-error":
+        say(f"{MARKER} Error: Device not supported.\n{MARKER} ERROR SUMMARY: 0 errors\n")
+        sys.exit(1)
+    channel = Path(tempfile.mkdtemp(prefix="fake-sanitizer-")) / "channel"
+    channel.write_text("")
+    rc = subprocess.call(program, env={**os.environ, CHANNEL_ENV: str(channel), "KVDIAG_FAKE_SANITIZER_STREAM": "1",
+                                       "KVDIAG_FAKE_SANITIZER_DESTROY": opts.get("--destroy-on-device-error",
+                                                                                 "context")})
+    seen = channel.read_text()
+    if mode == "no-summary":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rc != 0:
+        say(f"{MARKER} Error: process didn't terminate successfully\n{MARKER} Target application returned an error\n")
+    errors = sum(1 for line in seen.splitlines() if re.match(rf"^{MARKER} \S", line))
+    say(f"{MARKER} ERROR SUMMARY: {errors} error{'' if errors == 1 else 's'}\n")
+    sys.exit(-rc if rc < 0 else rc if rc else (error_exitcode if errors else 0))
+
+
+mode_file = Path(__file__).resolve().with_name("compute-sanitizer.mode")
+mode = mode_file.read_text().strip() if mode_file.exists() else "follow"
+error_exitcode = int(opts.get("--error-exitcode", "0"))
+if "--log-file" not in opts:
+    streamed()
 log_file = Path(opts["--log-file"].replace("%%", "%"))
 error_exitcode = int(opts.get("--error-exitcode", "0"))
 mode_file = Path(__file__).resolve().with_name("compute-sanitizer.mode")

@@ -137,14 +137,31 @@ def lineinfo() -> bool:
 
 
 def sanitizer_sees(lines: list[str]) -> None:
-    """Hand finding lines (with their ``=========`` marker) to the fake sanitizer, if one runs us."""
+    """Hand finding lines (with their ``=========`` marker) to the fake sanitizer, if one runs us.
+
+    When the sanitizer reports on stdout (no --log-file), the lines are also printed here,
+    now, into the program's own stdout: the real tool's report lands in the same terminal
+    at the moment the kernel finishes."""
     channel = os.environ.get(CHANNEL_ENV)
     if not channel:
         return
     if not lineinfo():
         lines = [_SITE.sub("", line) for line in lines]
+    if streamed_report():
+        sys.stdout.write("".join(line + "\n" for line in lines))
+        sys.stdout.flush()
     with open(channel, "a", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))
+
+
+def streamed_report() -> bool:
+    """The sanitizer writes its report into our stdout (kvdiag's scan batches)."""
+    return bool(os.environ.get("KVDIAG_FAKE_SANITIZER_STREAM"))
+
+
+def destroy_on_device_error() -> str:
+    """What the sanitizer does on a device error: end the context (default) or only the kernel."""
+    return os.environ.get("KVDIAG_FAKE_SANITIZER_DESTROY", "context")
 
 
 def invocation_number() -> int:
