@@ -1,15 +1,17 @@
 """Benchmark: `kvdiag scan` of one case space under several worker/GPU layouts, in one run.
 
-Each variant is JOBS@DEVICES (`-j JOBS --devices DEVICES`; -j is per GPU). The
-first variant is the baseline: every other one reports its speed-up over it,
-whether its verdicts are identical case by case, and its parallel efficiency
-against the ideal (sum of its per-case times / its worker count). Every case's
+Each variant is JOBS@DEVICES[/BATCH] (`-j JOBS --devices DEVICES --batch BATCH`; -j is
+per GPU; BATCH defaults to kvdiag's own, 0 = auto; /1 is one process per case). The
+first variant is the baseline: every other one reports its speed-up over it, whether
+its verdicts are identical case by case, and its parallel efficiency against the ideal
+(sum of its per-case times / its worker count). A variant on several GPUs also reports
+its speed-up over the same JOBS/BATCH on the first of them, when that ran. Every case's
 device is checked against the variant's devices.
 
-Goals: issue "Blast radius": `1@0 8@0` speed-up >= 3 and wall within 1.3x of
-the ideal; issue "Multi-GPU": `8@0 8@0,1` speed-up >= 1.7, verdicts identical.
+Goals: issue "Blast radius": `1@0/1 8@0/1` speed-up >= 3 and wall within 1.3x of the
+ideal; issue "Multi-GPU": `8@0 8@0,1` speed-up >= 1.7, verdicts identical.
 
-    python3 benchmarks/bench_scan.py --build B [--entry D2] [--limit 48] --variant 1@0 --variant 8@0
+    python3 benchmarks/bench_scan.py --build B [--entry D2] [--limit 48] --variant 8@0/1 --variant 8@0 --variant 8@0,1
 """
 
 from __future__ import annotations
@@ -22,16 +24,16 @@ import sys
 import tempfile
 
 
-def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env) -> dict:
+def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env, batch: str = "") -> dict:
     argv = [sys.executable, "-m", "kvdiag", "scan", entry, "--build", build, "-j", str(jobs),
-            "--devices", devices, "--format", "json"]
+            "--devices", devices, "--format", "json"] + (["--batch", batch] if batch else [])
     if limit:
         argv += ["--limit", str(limit)]
     out = subprocess.run(argv, capture_output=True, text=True, env=env)
     try:
         return json.loads(out.stdout)
     except json.JSONDecodeError:
-        sys.exit(f"bench_scan: scan {jobs}@{devices} gave no JSON (rc {out.returncode}): {out.stderr.strip()[-400:]}")
+        sys.exit(f"bench_scan: scan {jobs}@{devices}/{batch or 'default'} gave no JSON (rc {out.returncode}): {out.stderr.strip()[-400:]}")
 
 
 def summary(name: str, jobs: int, devices: str, data: dict, base: dict | None) -> dict:
@@ -45,7 +47,9 @@ def summary(name: str, jobs: int, devices: str, data: dict, base: dict | None) -
            "affected": data["counts"]["confirmed"], "devices_used": used,
            "every_case_names_a_requested_device": all(c.get("device") and str(c["device"]["index"]) in devices.split(",")
                                                       for c in data["cases"].values()),
-           "per_device": {k: {"cases": v["cases"], "affected": v["affected"]} for k, v in data["devices"].items()}}
+           "per_device": {k: {"cases": v["cases"], "affected": v["affected"]} for k, v in data["devices"].items()},
+           "batch_size": data.get("batch_size"), "processes": data.get("processes"),
+           "ran_alone_after_batch": data.get("ran_alone_after_batch", 0)}
     if base is not None:
         row["speedup"] = round(base["wall_s"] / data["wall_s"], 2)
         row["verdicts_identical_to_baseline"] = verdicts == {p: c["verdict"] for p, c in base["cases"].items()}
@@ -65,10 +69,18 @@ def main() -> int:
     # here, not inside whichever variant happens to run first.
     scan(args.build, args.entry, 1, variants[0].partition("@")[2] or "0", 1, env)
     base = None
+    walls: dict[tuple[str, str, str], float] = {}
     for name in variants:
-        jobs, _, devices = name.partition("@")
-        data = scan(args.build, args.entry, int(jobs), devices or "0", args.limit, env)
-        print(json.dumps(summary(name, int(jobs), devices or "0", data, base)), flush=True)
+        jobs, _, rest = name.partition("@")
+        devices, _, batch = rest.partition("/")
+        devices = devices or "0"
+        data = scan(args.build, args.entry, int(jobs), devices, args.limit, env, batch)
+        row = summary(name, int(jobs), devices, data, base)
+        one_gpu = walls.get((jobs, devices.split(",")[0], batch))
+        if "," in devices and one_gpu:
+            row["speedup_over_one_gpu"] = round(one_gpu / data["wall_s"], 2)
+        walls[(jobs, devices, batch)] = data["wall_s"]
+        print(json.dumps(row), flush=True)
         base = base or data
     return 0
 

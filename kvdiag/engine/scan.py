@@ -53,6 +53,7 @@ class ScanResult:
     interrupted: bool = False
     sanitizer_output: str | None = None   # the scan's own print limit / options, when it sets them
     batch_size: int = 1                   # cases per process (1: one process per case)
+    processes: int = 0                    # test-backend-ops processes started (batches and single cases)
     batches: list[dict[str, Any]] = field(default_factory=list)
 
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
@@ -94,7 +95,7 @@ class ScanResult:
             "entry": self.entry_id, "op": self.space.op, "params": self.space.params, "workers": self.workers,
             "wall_s": round(self.wall_s, 3), "sum_case_s": round(self.sum_case_s, 3),
             "interrupted": self.interrupted, "sanitizer_output": self.sanitizer_output,
-            "batch_size": self.batch_size, "batches": list(self.batches), "ran_alone_after_batch": self.ran_alone(),
+            "batch_size": self.batch_size, "processes": self.processes, "batches": list(self.batches), "ran_alone_after_batch": self.ran_alone(),
             "cases": {p: {"verdict": a.verdict.value, "reason": a.reason, "error_count": a.evidence.error_count,
                           "sites": [s["site"] for s in a.evidence.sites],
                           "instantiations": list(a.evidence.instantiations),
@@ -250,6 +251,7 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
                     device_of[future] = slot
                 submitted.append(future)
                 pending.add(future)
+                result.processes += 1
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             for future in done:
                 slot = device_of.pop(future, None)

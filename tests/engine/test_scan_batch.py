@@ -1,0 +1,217 @@
+"""`kvdiag scan` in batches: several cases per sanitized process, each judged on its own share.
+
+The staged build is the scan tests' stand-in test-backend-ops (tests/scenarios/builds/
+backend_ops_case_space.py) under the stand-in compute-sanitizer, which, like the real
+tool without --log-file, reports into the program's terminal as the kernels finish.
+The per-case scan of the same space is the reference: batches must give every case the
+verdict, sites and instantiations one process per case gives it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_helpers import ALLOWED, Scenarios, pid_gone, wait_until  # noqa: E402
+from test_scan import (  # noqa: E402
+    CRASH, DIVERGING, HANG, HANG_TIMEOUT, OK_CASES, OP, SITE, SUPPORTED_ORDER, isolate, recorded_pids,
+    run_scan_in_process, scan_entry_body, ScanRun,
+)
+
+from kvdiag.cli import main
+from kvdiag.engine.scan import CaseSpace, enumerate_cases, exact_case_regex
+from kvdiag.engine.scan_batch import MAX_BATCH, auto_batch_size, batch_regex, batch_step, batchable
+from kvdiag.engine.scan_session import render_scan
+from kvdiag.engine.verdict import Verdict
+from kvdiag.store.runs import RunDir
+
+CLEAN_SPACE = [*DIVERGING, *OK_CASES]     # no hang, no other death
+_D, _OK = list(DIVERGING), OK_CASES
+# In batches of 3: [affected, crash, affected] dies, [affected, OK, hang] hangs,
+# [OK, OK, affected] is judged whole, and the last case runs alone anyway.
+MIXED_SPACE = [_D[0], CRASH, _D[1], _D[2], _OK[0], HANG, _OK[1], _OK[2], _D[3], _OK[3]]
+
+
+@dataclass
+class Staged:
+    build: Path
+    space: CaseSpace
+    per_case: ScanRun
+    batched: ScanRun           # batches of 3 over MIXED_SPACE (hang and crash included)
+    clean_build: Path
+    clean: ScanRun             # batches of 4 over the diverging and OK cases only
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory) -> Staged:
+    root = tmp_path_factory.mktemp("scan-batch")
+    with pytest.MonkeyPatch.context() as mp:
+        isolate(mp, root)
+        kv = Scenarios(root / "kv")
+        entry = kv.entry("D921", scan_entry_body(HANG_TIMEOUT))
+        build = kv.build("backend_ops_case_space")
+        (build / "case-space.txt").write_text("\n".join(MIXED_SPACE) + "\n")
+        target = kv.target(build, sanitizer=kv.sanitizer())
+        space = enumerate_cases(target, OP, "hsk=256", RunDir(root / "enumerate"))
+        per_case = run_scan_in_process(entry, target, RunDir(root / "per-case"), space, 2, batch=1)
+        (build / "invocations.log").unlink()
+        batched = run_scan_in_process(entry, target, RunDir(root / "batched"), space, 2, batch=3)
+        clean_build = kv.build("backend_ops_case_space")
+        (clean_build / "case-space.txt").write_text("\n".join(CLEAN_SPACE) + "\n")
+        clean_target = kv.target(clean_build, sanitizer=kv.sanitizer())
+        clean_space = enumerate_cases(clean_target, OP, "hsk=256", RunDir(root / "enumerate-clean"))
+        clean = run_scan_in_process(entry, clean_target, RunDir(root / "clean"), clean_space, 2, batch=4)
+        yield Staged(build, space, per_case, batched, clean_build, clean)
+
+
+def judged(run: ScanRun) -> dict[str, tuple]:
+    return {p: (a.verdict, tuple(s["site"] for s in a.evidence.sites), tuple(sorted(a.evidence.instantiations)))
+            for p, a in run.result.results.items()}
+
+
+def test_batches_give_every_case_the_verdict_it_gets_alone(staged):
+    assert list(staged.space.supported) == MIXED_SPACE
+    assert set(staged.batched.result.results) == set(SUPPORTED_ORDER)
+    assert judged(staged.batched) == judged(staged.per_case)
+    r = staged.batched.result
+    assert {p for p, _ in r.affected} == set(DIVERGING)
+    assert {p for p, _ in r.by_verdict(Verdict.NOT_REPRODUCED)} == set(OK_CASES)
+    assert {p for p, _ in r.by_verdict(Verdict.INCONCLUSIVE)} == {HANG, CRASH}
+    assert r.sites() and set(r.sites()) == {SITE}
+
+
+def test_a_clean_space_runs_in_as_many_processes_as_batches_and_none_alone(staged):
+    r = staged.clean.result
+    assert r.batch_size == 4 and len(r.batches) == 2 and r.ran_alone() == 0 and r.processes == 2
+    assert all(b["judged"] == 4 and b["why_again"] is None for b in r.batches)
+    lines = (staged.clean_build / "invocations.log").read_text().splitlines()
+    assert sorted(lines) == sorted([batch_regex(CLEAN_SPACE[:4]), batch_regex(CLEAN_SPACE[4:])])
+    assert {p for p, _ in r.affected} == set(DIVERGING)
+    assert {p for p, _ in r.by_verdict(Verdict.NOT_REPRODUCED)} == set(OK_CASES)
+    # the gate is consulted for the unaffected cases only, as in a per-case scan
+    assert staged.clean.gate_calls == ["synccheck"] * len(OK_CASES)
+
+
+def test_a_case_counts_what_was_printed_with_it_as_the_tool_counts(staged):
+    r = staged.clean.result
+    for params, (_, printed) in DIVERGING.items():
+        ev = r.results[params].evidence
+        kernels = printed // 3
+        # each kernel: 3 records and one "Error buffer overflow" warning, which the tool counts too
+        assert ev.error_count == printed + kernels
+        assert sum(s["count"] for s in ev.sites) == printed
+        assert ev.quoted and "Barrier error detected" in ev.quoted[0]
+    for params in OK_CASES:
+        a = r.results[params]
+        assert a.evidence.error_count == 0
+        assert a.reason.startswith("1 matching case(s) executed (1 OK, 0 FAIL); the signature did not match")
+
+
+def test_every_case_names_its_batch_and_its_lines_there(staged):
+    r = staged.clean.result
+    for params, attempt in r.results.items():
+        (command,) = attempt.commands
+        assert command["argv"][-1] in (batch_regex(CLEAN_SPACE[:4]), batch_regex(CLEAN_SPACE[4:]))
+        start, end = command["batch_lines"]
+        lines = (staged.clean.run_dir.path / command["stdout_path"]).read_text().splitlines()[start - 1:end]
+        assert f"FLASH_ATTN_EXT({params}): " in lines[-1]
+        assert sum("FLASH_ATTN_EXT(" in line for line in lines) == 1
+        assert any("Barrier error" in line for line in lines) == (params in DIVERGING)
+
+
+def test_batches_run_on_a_terminal_with_the_report_in_the_stream(staged):
+    for cmd in (staged.clean.run_dir.logs).glob("batch*.cmd.json"):
+        doc = json.loads(cmd.read_text())
+        argv = doc["argv"]
+        assert doc["tty"] is True
+        assert "--log-file" not in argv
+        assert argv[argv.index("--print-limit") + 1] == "0"
+        assert argv[argv.index("--destroy-on-device-error") + 1] == "kernel"
+        stdout = (staged.clean.run_dir.logs / doc["logs"]["stdout"]).read_text()
+        assert "ERROR SUMMARY" in stdout and "FLASH_ATTN_EXT(" in stdout
+
+
+def test_a_batch_that_dies_or_hangs_hands_its_cases_back_to_run_alone(staged):
+    r = staged.batched.result
+    again = [b for b in r.batches if b["again"]]
+    reasons = " | ".join(b["why_again"] for b in again)
+    assert len(again) == 2 and [b["judged"] for b in r.batches].count(3) == 1
+    assert "timed out after 3.0 s without output" in reasons                 # the hang's batch
+    assert "the process did not finish (exit 6)" in reasons   # the crash's batch: the tool exits with the signal number
+    lines = Counter((staged.build / "invocations.log").read_text().splitlines())
+    # the cases of those two batches ran again, each alone, by its exact regex (and the last case)
+    alone = {line for line in lines if not line.startswith("^(")}
+    assert alone == {exact_case_regex(p) for p in MIXED_SPACE[:6] + MIXED_SPACE[-1:]}
+    assert r.ran_alone() == sum(b["again"] for b in again) == 6
+    assert r.processes == 4 + 6 and r.to_dict()["processes"] == 10   # 3 batches + the last case, then 6 alone
+    assert staged.per_case.result.processes == len(MIXED_SPACE)
+    hang = r.results[HANG]
+    assert hang.reason.startswith(f"timed out after {HANG_TIMEOUT:.1f} s (process group killed)")
+    # no process is left: the batches', the single runs', the hang's grandchildren
+    pids = recorded_pids(staged.build)
+    assert wait_until(lambda: all(pid_gone(p) for p in pids), 10), [p for p in pids if not pid_gone(p)]
+
+
+def test_the_scan_table_says_how_the_cases_were_run(staged):
+    text = render_scan(staged.batched.result, staged.batched.run_dir.path)
+    assert re.search(r"processes: \d+ batch\(es\) of up to 3 case\(s\); \d+ case\(s\) then ran alone \(", text)
+    assert "up to 3 cases per process, --print-limit 0" in (staged.batched.result.sanitizer_output or "") or \
+        staged.batched.result.sanitizer_output is None
+
+
+# ------------------------------------------------------------------ the pieces
+
+
+def test_batch_regex_matches_exactly_its_cases():
+    cases = [c for c in SUPPORTED_ORDER[:5]]
+    regex = batch_regex(cases)
+    for c in SUPPORTED_ORDER:
+        assert bool(re.search(regex, c)) == (c in cases)
+    # a case that is a prefix of another does not select the longer one
+    assert not re.search(batch_regex(["a=1,b=2"]), "a=1,b=2,c=3")
+
+
+@pytest.mark.parametrize("cases, workers, size", [
+    (132, 8, 17), (132, 16, 9), (3, 8, 1), (10_000, 8, MAX_BATCH), (0, 8, 1), (5, 0, 1)])
+def test_auto_batch_size_gives_each_worker_one_batch(cases, workers, size):
+    assert auto_batch_size(cases, workers) == size
+
+
+def test_only_a_test_backend_ops_step_with_a_params_regex_is_batched(d2):
+    fast = d2.step("fast")
+    assert batchable(fast)
+    assert not batchable(d2.step("server"))
+    step = batch_step(fast)
+    assert step.tty and step.print_limit == 0
+    assert step.sanitizer_options[-2:] == ("--destroy-on-device-error", "kernel")
+    assert batch_step(step).sanitizer_options.count("--destroy-on-device-error") == 1
+
+
+@pytest.mark.parametrize("argv, batch", [([], 0), (["--batch", "1"], 1), (["--batch", "12"], 12)])
+def test_cli_batch_option_reaches_the_scan(kv, monkeypatch, argv, batch):
+    import kvdiag.engine.scan_session as session
+    from kvdiag.engine.scan import ScanResult
+
+    seen = {}
+
+    def fake_run_scan(entry, build_dir, **kwargs):
+        seen.update(kwargs)
+        return ScanResult(entry.id, CaseSpace(OP, "x", (), ()), 1)
+
+    monkeypatch.setattr(session, "run_scan", fake_run_scan)
+    build = kv.build("backend_ops_case_space")
+    assert main(["scan", "D2", "--build", str(build), *argv]) == 0
+    assert seen["batch"] == batch
+
+
+def test_cli_batch_out_of_range_is_a_usage_error(kv, capsys):
+    build = kv.build("backend_ops_case_space")
+    assert main(["scan", "D2", "--build", str(build), "--batch", "33"]) == 64   # ExitCode.USAGE
+    assert "--batch" in capsys.readouterr().err
