@@ -67,7 +67,7 @@ def main() -> int:
     env = dict(os.environ, KVDIAG_HOME=tempfile.mkdtemp(prefix="kvdiag-bench-home-"))
     # Untimed warm-up (one case): the sanitizer's control and kvdiag's caches are built once,
     # here, not inside whichever variant happens to run first.
-    scan(args.build, args.entry, 1, variants[0].partition("@")[2] or "0", 1, env)
+    scan(args.build, args.entry, 1, variants[0].partition("@")[2].partition("/")[0] or "0", 1, env, "1")
     base = None
     walls: dict[tuple[str, str, str], float] = {}
     for name in variants:
