@@ -10,6 +10,7 @@ those two scans. Ctrl-C runs the scan in a child process (scan_driver.py).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -120,17 +121,31 @@ def run_scan_in_process(entry, target, run_dir: RunDir, space: CaseSpace, worker
     return ScanRun(result, run_dir, calls, reported)
 
 
-@pytest.fixture(scope="module")
-def staged(tmp_path_factory) -> Staged:
-    root = tmp_path_factory.mktemp("scan")
+def stage_space(kv: Scenarios, enumerate_dir: RunDir, cases: list[str] | None = None):
+    """A stand-in build (with `cases` as its case space, else the scenario's own), its
+    target under the stand-in sanitizer, and the space as `support` mode lists it."""
+    build = kv.build("backend_ops_case_space")
+    if cases is not None:
+        (build / "case-space.txt").write_text("\n".join(cases) + "\n")
+    target = kv.target(build, sanitizer=kv.sanitizer())
+    return build, target, enumerate_cases(target, OP, "hsk=256", enumerate_dir)
+
+
+@contextlib.contextmanager
+def scan_scenarios(tmp_path_factory, folder: str, entry_id: str):
+    """A module's isolated scenario root and a scannable D2-like entry in its registry."""
+    root = tmp_path_factory.mktemp(folder)
     with pytest.MonkeyPatch.context() as mp:
         isolate(mp, root)
         kv = Scenarios(root / "kv")
-        entry = kv.entry("D920", scan_entry_body(HANG_TIMEOUT))
-        build = kv.build("backend_ops_case_space")
-        target = kv.target(build, sanitizer=kv.sanitizer())
+        yield root, kv, kv.entry(entry_id, scan_entry_body(HANG_TIMEOUT))
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory) -> Staged:
+    with scan_scenarios(tmp_path_factory, "scan", "D920") as (root, kv, entry):
         enumerate_dir = RunDir(root / "enumerate")
-        space = enumerate_cases(target, OP, "hsk=256", enumerate_dir)
+        build, target, space = stage_space(kv, enumerate_dir)
         scans = {workers: run_scan_in_process(entry, target, RunDir(root / f"scan-j{workers}"), space, workers)
                  for workers in (4, 1)}
         yield Staged(build, space, enumerate_dir, scans)

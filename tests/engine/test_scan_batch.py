@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_helpers import ALLOWED, Scenarios, pid_gone, wait_until  # noqa: E402
+from engine_helpers import pid_gone, wait_until  # noqa: E402
 from test_scan import (  # noqa: E402
-    CRASH, DIVERGING, HANG, HANG_TIMEOUT, OK_CASES, OP, SITE, SUPPORTED_ORDER, isolate, recorded_pids,
-    run_scan_in_process, scan_entry_body, ScanRun,
+    CRASH, DIVERGING, HANG, HANG_TIMEOUT, OK_CASES, OP, SITE, SUPPORTED_ORDER, recorded_pids,
+    run_scan_in_process, scan_scenarios, stage_space, ScanRun,
 )
 
 from kvdiag.cli import main
-from kvdiag.engine.scan import CaseSpace, enumerate_cases, exact_case_regex
+from kvdiag.engine.scan import CaseSpace, exact_case_regex
 from kvdiag.engine.scan_batch import MAX_BATCH, auto_batch_size, batch_regex, batch_step, batchable
 from kvdiag.engine.scan_session import render_scan
 from kvdiag.engine.verdict import Verdict
@@ -51,22 +51,12 @@ class Staged:
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory) -> Staged:
-    root = tmp_path_factory.mktemp("scan-batch")
-    with pytest.MonkeyPatch.context() as mp:
-        isolate(mp, root)
-        kv = Scenarios(root / "kv")
-        entry = kv.entry("D921", scan_entry_body(HANG_TIMEOUT))
-        build = kv.build("backend_ops_case_space")
-        (build / "case-space.txt").write_text("\n".join(MIXED_SPACE) + "\n")
-        target = kv.target(build, sanitizer=kv.sanitizer())
-        space = enumerate_cases(target, OP, "hsk=256", RunDir(root / "enumerate"))
+    with scan_scenarios(tmp_path_factory, "scan-batch", "D921") as (root, kv, entry):
+        build, target, space = stage_space(kv, RunDir(root / "enumerate"), MIXED_SPACE)
         per_case = run_scan_in_process(entry, target, RunDir(root / "per-case"), space, 2, batch=1)
         (build / "invocations.log").unlink()
         batched = run_scan_in_process(entry, target, RunDir(root / "batched"), space, 2, batch=3)
-        clean_build = kv.build("backend_ops_case_space")
-        (clean_build / "case-space.txt").write_text("\n".join(CLEAN_SPACE) + "\n")
-        clean_target = kv.target(clean_build, sanitizer=kv.sanitizer())
-        clean_space = enumerate_cases(clean_target, OP, "hsk=256", RunDir(root / "enumerate-clean"))
+        clean_build, clean_target, clean_space = stage_space(kv, RunDir(root / "enumerate-clean"), CLEAN_SPACE)
         clean = run_scan_in_process(entry, clean_target, RunDir(root / "clean"), clean_space, 2, batch=4)
         yield Staged(build, space, per_case, batched, clean_build, clean)
 

@@ -9,47 +9,29 @@ on a terminal. Runs only where a GPU, compute-sanitizer and nvcc are present.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from gpu_checks import compile_scenario, real_sanitizer
 from kvdiag.parse.case_segments import split_cases
 from kvdiag.parse.text import strip_ansi
 from kvdiag.proc.runner import run_command
-from kvdiag.proc.sanitizer import SanitizerInvocation, find_sanitizer
+from kvdiag.proc.sanitizer import SanitizerInvocation
 
 pytestmark = pytest.mark.gpu
-SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "prints_cases_after_divergent_barriers.cu"
 CASES = ["c=0", "d=1", "e=0", "f=0", "g=1", "h=1", "i=0"]
-
-
-def _sanitizer() -> Path:
-    try:
-        san = find_sanitizer()
-    except Exception:  # pragma: no cover
-        san = None
-    if san is None or shutil.which("nvidia-smi") is None:
-        pytest.skip("no GPU or no compute-sanitizer here")
-    return san
 
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory) -> Path:
-    _sanitizer()
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
-    if nvcc is None:
-        pytest.skip("nvcc is not installed")
-    out = tmp_path_factory.mktemp("cu") / "prints_cases"
-    subprocess.run([nvcc, "-lineinfo", "-o", str(out), str(SCENARIO)], check=True)
-    return out
+    return compile_scenario("prints_cases_after_divergent_barriers.cu", tmp_path_factory.mktemp("cu"), "-lineinfo")
 
 
 def run_batch(program: Path, tmp_path: Path, tty: bool) -> str:
     inv = SanitizerInvocation("synccheck", print_limit=0, destroy_on_device_error="kernel",
                               options=("--show-backtrace", "no"))
-    r = run_command(inv.argv(_sanitizer(), None, [str(program), *CASES]), timeout=300, log_dir=tmp_path,
+    r = run_command(inv.argv(real_sanitizer(), None, [str(program), *CASES]), timeout=300, log_dir=tmp_path,
                     name="batch", tty=tty)
     assert r.returncode == 99, r.describe()
     return strip_ansi(r.stdout_text())

@@ -7,48 +7,28 @@ skipped elsewhere.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from proc_helpers import SCENARIOS
+from gpu_checks import compile_scenario, real_sanitizer
 from kvdiag.proc.runner import run_command
 from kvdiag.proc.sanitizer import (
     SANITIZER_ERROR_EXITCODE,
     SanitizerInvocation,
-    find_sanitizer,
     sanitizer_version,
 )
 
 pytestmark = pytest.mark.gpu
 
 
-def _sanitizer() -> Path:
-    try:
-        san = find_sanitizer()
-    except Exception:  # pragma: no cover
-        san = None
-    if san is None or shutil.which("nvidia-smi") is None:
-        pytest.skip("no GPU or no compute-sanitizer here")
-    return san
-
-
 @pytest.fixture(scope="module")
 def oob_program(tmp_path_factory) -> Path:
-    _sanitizer()
-    nvcc = shutil.which("nvcc") or (str(Path("/usr/local/cuda/bin/nvcc"))
-                                    if Path("/usr/local/cuda/bin/nvcc").exists() else None)
-    if nvcc is None:
-        pytest.skip("nvcc is not installed")
-    out = tmp_path_factory.mktemp("cu") / "writes_out_of_bounds"
-    subprocess.run([nvcc, "-o", str(out), str(SCENARIOS / "writes_out_of_bounds.cu")], check=True)
-    return out
+    return compile_scenario("writes_out_of_bounds.cu", tmp_path_factory.mktemp("cu"))
 
 
 def test_real_version_is_parsed(tmp_path):
-    version = sanitizer_version(_sanitizer(), tmp_path)
+    version = sanitizer_version(real_sanitizer(), tmp_path)
     assert version is not None and version.count(".") >= 2
 
 
@@ -59,7 +39,7 @@ def test_real_version_is_parsed(tmp_path):
 def test_memcheck_finding_goes_to_the_log_file_and_exits_99(tmp_path, oob_program, destroy, sync):
     report = tmp_path / "memcheck.log"
     inv = SanitizerInvocation("memcheck", print_limit=0, destroy_on_device_error=destroy)
-    r = run_command(inv.argv(_sanitizer(), report, [str(oob_program)]), timeout=300,
+    r = run_command(inv.argv(real_sanitizer(), report, [str(oob_program)]), timeout=300,
                     log_dir=tmp_path, name="memcheck")
     text = report.read_text()
     assert "Invalid __global__ write of size 4 bytes" in text
@@ -74,7 +54,7 @@ def test_memcheck_finding_goes_to_the_log_file_and_exits_99(tmp_path, oob_progra
 def test_kernel_filter_limits_the_check(tmp_path, oob_program):
     report = tmp_path / "50%filtered.log"            # '%' must reach the tool as '%%'
     inv = SanitizerInvocation("memcheck", kernel_filter="kvdiag_in_bounds")
-    r = run_command(inv.argv(_sanitizer(), report, [str(oob_program)]), timeout=300,
+    r = run_command(inv.argv(real_sanitizer(), report, [str(oob_program)]), timeout=300,
                     log_dir=tmp_path, name="filtered")
     assert "ERROR SUMMARY: 0 errors" in report.read_text()
     assert r.returncode == 0 and r.stdout_text() == "sync: no error\n"
