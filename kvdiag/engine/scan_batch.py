@@ -68,8 +68,10 @@ def auto_batch_size(n_cases: int, workers: int) -> int:
 
 
 def batchable(step: Step) -> bool:
-    """A step can be batched when its cases come from one test-backend-ops -p regex."""
-    return step.kind == "backend-ops" and len(step.command_templates) == 1 and any(
+    """A step can be batched when its cases come from one test-backend-ops -p regex and
+    nothing is judged on the process as a whole (an `expect` pattern may be printed
+    once per process, not once per case)."""
+    return step.kind == "backend-ops" and not step.expect and len(step.command_templates) == 1 and any(
         "params" in part for part in step.command_templates[0])
 
 
