@@ -233,7 +233,7 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvdiag-scan")
     pending: set[Future] = set()
     submitted: list[Future] = []
-    queue: deque[list[tuple[int, str]]] = deque(numbered[i:i + size] for i in range(0, len(numbered), size))
+    queue: deque[list[tuple[int, str]]] = deque(deal(numbered, size))
     batches = 0
     try:
         while queue or pending:
@@ -281,6 +281,20 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
         pool.shutdown(wait=True, cancel_futures=True)
     result.wall_s = time.monotonic() - started
     return result
+
+
+def deal(numbered: Sequence[tuple[int, str]], size: int) -> list[list[tuple[int, str]]]:
+    """The cases dealt round-robin into batches of at most `size`.
+
+    test-backend-ops lists a case space in nested loops, so its heaviest shapes come
+    together (for D2's hsk=256 space, kv=16384 with nb=512 at the end); in consecutive
+    batches one batch gets them all and sets the wall (measured on two H200s: 9.3 s for
+    that batch of 6 cases, 5.2 to 5.8 s for the average batch). Dealt, every batch gets
+    its share, and each keeps the listing's order."""
+    if size <= 1:
+        return [[case] for case in numbered]
+    n = -(-len(numbered) // size)
+    return [list(numbered[i::n]) for i in range(n)]
 
 
 def _batch_row(outcome: BatchOutcome, device: Any) -> dict[str, Any]:

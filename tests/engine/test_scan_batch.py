@@ -27,7 +27,7 @@ from test_scan import (  # noqa: E402
 )
 
 from kvdiag.cli import main
-from kvdiag.engine.scan import CaseSpace, exact_case_regex
+from kvdiag.engine.scan import CaseSpace, deal, exact_case_regex
 from kvdiag.engine.scan_batch import MAX_BATCH, auto_batch_size, batch_regex, batch_step, batchable
 from kvdiag.engine.scan_session import render_scan
 from kvdiag.engine.verdict import Verdict
@@ -35,9 +35,9 @@ from kvdiag.store.runs import RunDir
 
 CLEAN_SPACE = [*DIVERGING, *OK_CASES]     # no hang, no other death
 _D, _OK = list(DIVERGING), OK_CASES
-# In batches of 3: [affected, crash, affected] dies, [affected, OK, hang] hangs,
-# [OK, OK, affected] is judged whole, and the last case runs alone anyway.
-MIXED_SPACE = [_D[0], CRASH, _D[1], _D[2], _OK[0], HANG, _OK[1], _OK[2], _D[3], _OK[3]]
+# Dealt into batches of at most 3 (four batches: positions 0,4,8 | 1,5,9 | 2,6 | 3,7):
+# [affected, crash, affected] dies, [affected, hang, OK] hangs, the other two are judged whole.
+MIXED_SPACE = [_D[0], _D[1], _OK[0], _OK[1], CRASH, HANG, _D[2], _OK[2], _D[3], _OK[3]]
 
 
 @dataclass
@@ -83,7 +83,7 @@ def test_a_clean_space_runs_in_as_many_processes_as_batches_and_none_alone(stage
     assert r.batch_size == 4 and len(r.batches) == 2 and r.ran_alone() == 0 and r.processes == 2
     assert all(b["judged"] == 4 and b["why_again"] is None for b in r.batches)
     lines = (staged.clean_build / "invocations.log").read_text().splitlines()
-    assert sorted(lines) == sorted([batch_regex(CLEAN_SPACE[:4]), batch_regex(CLEAN_SPACE[4:])])
+    assert sorted(lines) == sorted([batch_regex(CLEAN_SPACE[0::2]), batch_regex(CLEAN_SPACE[1::2])])
     assert {p for p, _ in r.affected} == set(DIVERGING)
     assert {p for p, _ in r.by_verdict(Verdict.NOT_REPRODUCED)} == set(OK_CASES)
     # the gate is consulted for the unaffected cases only, as in a per-case scan
@@ -109,7 +109,7 @@ def test_every_case_names_its_batch_and_its_lines_there(staged):
     r = staged.clean.result
     for params, attempt in r.results.items():
         (command,) = attempt.commands
-        assert command["argv"][-1] in (batch_regex(CLEAN_SPACE[:4]), batch_regex(CLEAN_SPACE[4:]))
+        assert command["argv"][-1] in (batch_regex(CLEAN_SPACE[0::2]), batch_regex(CLEAN_SPACE[1::2]))
         start, end = command["batch_lines"]
         lines = (staged.clean.run_dir.path / command["stdout_path"]).read_text().splitlines()[start - 1:end]
         assert f"FLASH_ATTN_EXT({params}): " in lines[-1]
@@ -133,15 +133,15 @@ def test_a_batch_that_dies_or_hangs_hands_its_cases_back_to_run_alone(staged):
     r = staged.batched.result
     again = [b for b in r.batches if b["again"]]
     reasons = " | ".join(b["why_again"] for b in again)
-    assert len(again) == 2 and [b["judged"] for b in r.batches].count(3) == 1
+    assert len(again) == 2 and [b["judged"] for b in r.batches].count(2) == 2
     assert "timed out after 3.0 s without output" in reasons                 # the hang's batch
     assert "the process did not finish (exit 6)" in reasons   # the crash's batch: the tool exits with the signal number
     lines = Counter((staged.build / "invocations.log").read_text().splitlines())
-    # the cases of those two batches ran again, each alone, by its exact regex (and the last case)
+    # the cases of those two batches ran again, each alone, by its exact regex
     alone = {line for line in lines if not line.startswith("^(")}
-    assert alone == {exact_case_regex(p) for p in MIXED_SPACE[:6] + MIXED_SPACE[-1:]}
+    assert alone == {exact_case_regex(p) for p in MIXED_SPACE[0::4] + MIXED_SPACE[1::4]}
     assert r.ran_alone() == sum(b["again"] for b in again) == 6
-    assert r.processes == 4 + 6 and r.to_dict()["processes"] == 10   # 3 batches + the last case, then 6 alone
+    assert r.processes == 4 + 6 and r.to_dict()["processes"] == 10   # 4 batches, then 6 alone
     assert staged.per_case.result.processes == len(MIXED_SPACE)
     hang = r.results[HANG]
     assert hang.reason.startswith(f"timed out after {HANG_TIMEOUT:.1f} s (process group killed)")
@@ -158,6 +158,15 @@ def test_the_scan_table_says_how_the_cases_were_run(staged):
 
 
 # ------------------------------------------------------------------ the pieces
+
+
+def test_cases_are_dealt_round_robin_so_that_heavy_neighbours_part():
+    numbered = list(enumerate("abcdefghij", start=1))
+    assert deal(numbered, 3) == [[(1, "a"), (5, "e"), (9, "i")], [(2, "b"), (6, "f"), (10, "j")],
+                                 [(3, "c"), (7, "g")], [(4, "d"), (8, "h")]]
+    assert deal(numbered, 1) == [[c] for c in numbered]
+    assert deal(numbered, 32) == [numbered]
+    assert sorted(c for batch in deal(numbered, 4) for c in batch) == numbered
 
 
 def test_batch_regex_matches_exactly_its_cases():
