@@ -8,4 +8,4 @@ works here), ``store`` (runs on disk) and ``report`` (formats that only read
 results). Only ``kvdiag.cli`` exits.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"

@@ -272,7 +272,8 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
               help="The build folder (default: $LLAMA_KV_BUILD).")
 @click.option("-j", "--jobs", type=click.IntRange(1, 64), default=None,
-              help="Parallel case processes (default: the GPU's slot pool size).")
+              help="Parallel processes per GPU (default: the GPU's slot pool size; with batches on several "
+                   "GPUs, that many in all, shared among them).")
 @click.option("--op", help="Override the entry's op.")
 @click.option("--params", help="Override the entry's case-space regex (test-backend-ops -p).")
 @click.option("--limit", type=click.IntRange(1, 100000), help="Run only the first N supported cases.")

@@ -121,13 +121,17 @@ def cuda_version_str(value: Any) -> str | None:
 
 
 def format_uuid(value: Any) -> str | None:
-    """16 raw bytes (or their hex) -> "GPU-8-4-4-4-12"; strings that already look right are kept."""
+    """16 raw bytes (or their hex) -> "GPU-8-4-4-4-12"; strings that already look right are kept.
+
+    Raw bytes that are not 16 are no UUID: cupy hands the driver's 16 bytes over as a C
+    string, cut at the first zero byte (seen on an H200: GPU-0d4134fc-10d5-59e4-1f21-0077…
+    came back as 10 bytes). None then, never a shorter identifier that names no GPU."""
     if value is None:
         return None
     if isinstance(value, (bytes, bytearray, memoryview)):
         raw = bytes(value)
         if len(raw) != 16:
-            return raw.hex() or None
+            return None
         h = raw.hex()
     else:
         text = str(value).strip()
@@ -230,7 +234,7 @@ def _from_cupy(*, log_dir: Path) -> _Partial:
             GpuDevice(
                 index=i,
                 name=_text(props.get("name", "")),
-                uuid=format_uuid(props.get("uuid")),
+                uuid=format_uuid(props.get("uuid")) or format_uuid(driver_api_uuid(i)),
                 compute_capability=(int(major), int(minor)) if major is not None and minor is not None else None,
                 sm_count=_attempt(lambda: int(props["multiProcessorCount"])),
                 total_memory_bytes=_attempt(lambda: int(props["totalGlobalMem"])),
@@ -371,6 +375,24 @@ def driver_api_version() -> str | None:
         if lib.cuDriverGetVersion(ctypes.byref(version)) != 0:
             return None
         return cuda_version_str(version.value)
+    except Exception:
+        return None
+
+
+def driver_api_uuid(ordinal: int) -> bytes | None:
+    """The 16 raw bytes of cuDeviceGetUuid for a CUDA ordinal through libcuda, or None."""
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
+        if lib.cuInit(0) != 0:
+            return None
+        device = ctypes.c_int(0)
+        if lib.cuDeviceGet(ctypes.byref(device), int(ordinal)) != 0:
+            return None
+        raw = (ctypes.c_char * 16)()
+        get = getattr(lib, "cuDeviceGetUuid_v2", None) or lib.cuDeviceGetUuid
+        if get(raw, device) != 0:
+            return None
+        return bytes(raw.raw)
     except Exception:
         return None
 

@@ -102,3 +102,33 @@ def test_canary_processes_start_no_faster_on_two_gpus_while_their_kernels_do():
         one, two = rows[f"{kind}-8"], rows[f"{kind}-4x2"]
         assert abs(one[0] - two[0]) / one[0] < 0.15          # wall: the same within 15 %
     assert rows["san-launch-4x2"][1] < 0.6 * rows["san-launch-8"][1]   # kernels: about half
+
+
+def dealt_rows() -> dict[str, dict]:
+    rows = {}
+    for line in (HERE / "device-x2-call12.log").read_text().splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            rows[row["variant"]] = row
+    return rows
+
+
+def test_dealt_batches_keep_every_verdict_and_are_as_fast_on_one_gpu_as_on_two():
+    rows = dealt_rows()
+    assert all(r["verdicts_identical_to_baseline"] for v, r in rows.items() if v != "8@0/1")
+    assert rows["8@0/1"]["wall_s"] > 40 and rows["8@0"]["speedup"] >= 4.8
+    # the default on two GPUs now: 4 workers on each, as fast as 8 on one; 8 on each is slower
+    assert abs(rows["4@0,1"]["wall_s"] - rows["8@0"]["wall_s"]) < 0.5
+    assert rows["8@0,1"]["wall_s"] > rows["8@0"]["wall_s"] + 2
+    # where a GPU is the constraint (one worker each), the second one pays
+    assert rows["1@0,1"]["speedup_over_one_gpu"] >= 1.8
+
+
+def test_cupy_s_cut_uuid_was_recorded_as_it_happened():
+    """The run that found it: GPU 1's UUID holds a zero byte; the fingerprint (from cupy)
+    kept only the bytes before it (fixed since: see tests/target/test_target_gpu.py)."""
+    smi = (HERE / "device-x2-call12.log").read_text()
+    assert "1, NVIDIA H200, GPU-0d4134fc-10d5-59e4-1f21-0077caab442a" in smi
+    gpu = load_gz_json(HERE / "scan-dealt-two-gpus.run.json.gz")["target"]["environment"]["gpu"]
+    assert gpu["source"] == "cupy"
+    assert [d["uuid"] for d in gpu["devices"]] == ["GPU-8491d29c-c2a8-e4c5-9873-5d217a953493", "0d4134fc10d559e41f21"]

@@ -216,3 +216,11 @@ def test_cli_batch_out_of_range_is_a_usage_error(kv, capsys):
     build = kv.build("backend_ops_case_space")
     assert main(["scan", "D2", "--build", str(build), "--batch", "33"]) == 64   # ExitCode.USAGE
     assert "--batch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n_devices, batched, workers", [(1, True, 8), (2, True, 4), (3, True, 3), (2, False, 8)])
+def test_default_workers_share_one_gpu_s_pool_among_gpus_when_batched(n_devices, batched, workers):
+    from kvdiag.engine.scan_session import default_workers
+
+    h200 = type("D", (), {"total_memory_bytes": 150_109_880_320})()
+    assert default_workers(h200, n_devices, batched) == workers

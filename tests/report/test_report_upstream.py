@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from report_fixtures import D2_INSTANTIATION, d2_outcome, d3_flaky_outcome, make_target, simple
+from kvdiag import __version__
 from kvdiag.cli import Context
 from kvdiag.commands.sweeps import report_cmd
 from kvdiag.engine.verdict import Verdict
@@ -45,7 +46,7 @@ def write_run(home: Path, run_id: str, outcome, *, status: str = "finished", ent
     path.mkdir(parents=True)
     from kvdiag.store.runs import RunDir
 
-    RunDir(path).write("run.json", {"kvdiag_version": "0.1.0", "entry": entry, "step": outcome.step,
+    RunDir(path).write("run.json", {"kvdiag_version": __version__, "entry": entry, "step": outcome.step,
                                     "status": status, "target": make_target(), "overrides": {},
                                     **({"outcome": outcome.to_dict()} if status == "finished" else {}), **extra})
     return path
@@ -76,7 +77,8 @@ def test_report_of_the_d2_run_is_ready_to_paste(d2, home: Path) -> None:
     assert "That D2 causes D3" in text.split("## What is not established\n", 1)[1]
     assert "- REPORT: https://github.com/ggml-org/llama.cpp/issues/27678" in text
     assert text.rstrip().endswith("To reproduce with kvdiag: `kvdiag run D2 --build path/to/build`")
-    assert "Reported with kvdiag 0.1.0, registry entry D2, run `20261129-100000-D2-ab12` (2026-11-29 10:00 UTC)" in text
+    assert (f"Reported with kvdiag {__version__}, registry entry D2, run `20261129-100000-D2-ab12` "
+            "(2026-11-29 10:00 UTC)") in text
     assert "h200-box" not in text and "/home/user/ggml/build-li\n" not in text  # no host name, no build folder row
 
 

@@ -193,6 +193,28 @@ def test_cupy(log_dir, monkeypatch):
     assert fp.driver_cuda_version == "12.9" and fp.runtime_version == "12.4"
 
 
+# Seen on an H200 (tests/fixtures/device/h200x2-ggml-session3/device-x2-call12.log): nvidia-smi
+# says GPU-0d4134fc-10d5-59e4-1f21-0077caab442a, cupy's properties carried the bytes up to the
+# zero byte only, and kvdiag recorded "0d4134fc10d559e41f21" and pinned processes with it.
+ZERO_BYTE_UUID = bytes.fromhex("0d4134fc10d559e41f210077caab442a")
+
+
+def test_cupy_uuid_cut_at_a_zero_byte_is_read_again_through_the_driver(log_dir, monkeypatch):
+    fake_cupy(monkeypatch, [{**CUPY_PROPS, "uuid": ZERO_BYTE_UUID.split(b"\0")[0]}, CUPY_PROPS])
+    asked = []
+    monkeypatch.setattr(G, "driver_api_uuid", lambda i: asked.append(i) or ZERO_BYTE_UUID)
+    fp = fingerprint_gpu(log_dir=log_dir, prefer=("cupy",))
+    assert [d.uuid for d in fp.devices] == ["GPU-0d4134fc-10d5-59e4-1f21-0077caab442a", UUID_STR]
+    assert asked == [0]     # only the device whose bytes came back short
+
+
+def test_cupy_uuid_cut_short_without_a_driver_answer_is_unknown_not_wrong(log_dir, monkeypatch):
+    fake_cupy(monkeypatch, [{**CUPY_PROPS, "uuid": ZERO_BYTE_UUID[:10]}])
+    monkeypatch.setattr(G, "driver_api_uuid", lambda i: None)
+    (dev,) = fingerprint_gpu(log_dir=log_dir, prefer=("cupy",)).devices
+    assert dev.uuid is None
+
+
 def test_cupy_broken_device_count(log_dir, monkeypatch):
     fake_cupy(monkeypatch, [])
 
@@ -310,6 +332,7 @@ def test_format_uuid_and_pci():
     assert format_uuid(UUID_BYTES) == UUID_STR
     assert format_uuid("000102030405060708090a0b0c0d0e0f") == UUID_STR
     assert format_uuid("GPU-abc") == "GPU-abc" and format_uuid(None) is None and format_uuid(b"") is None
+    assert format_uuid(UUID_BYTES[:10]) is None      # raw bytes that are not 16 name no GPU
     assert format_pci_bus_id("0000:19:00.0") == "00000000:19:00.0"
     assert format_pci_bus_id("00000000:3b:00.0") == "00000000:3B:00.0"
     assert format_pci_bus_id(domain=0, bus=0x19, device=0) == "00000000:19:00.0"
