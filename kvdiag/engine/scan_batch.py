@@ -5,7 +5,7 @@ on two H200s (driver 580.159.04): 16 plain `test-backend-ops support` processes 
 kernel, no sanitizer) took 4.15 s, 3.9 per second, and a sanitized one-kernel canary
 3.75 per second; their threads wait in the driver (`os_acquire_rwlock_*`,
 `uvm_gpu_retain_by_uuid`), the same with one GPU or two. One process per case caps
-a scan at that rate; a batch pays the start once for all its cases (16 D2 cases in
+a scan at that rate; a batch pays the start once for all its cases (32 D2 cases in
 one sanitized process: 3.7 s, against 1.7 s for one alone).
 
 How: the cases go to `test-backend-ops -p '^(case1|case2|…)$'` on a terminal, with
