@@ -37,9 +37,10 @@ def two_gpus() -> dict:
     return load_gz_json(HERE / "scan-two-gpus.run.json.gz")["scan"]
 
 
-def bench_rows() -> dict[str, dict]:
+def bench_rows(log: str = "device-x2-call8.log") -> dict[str, dict]:
+    """The JSON lines bench_scan.py printed in a recorded device call, by variant."""
     rows = {}
-    for line in (HERE / "device-x2-call8.log").read_text().splitlines():
+    for line in (HERE / log).read_text().splitlines():
         if line.startswith("{"):
             row = json.loads(line)
             rows[row["variant"]] = row
@@ -104,17 +105,8 @@ def test_canary_processes_start_no_faster_on_two_gpus_while_their_kernels_do():
     assert rows["san-launch-4x2"][1] < 0.6 * rows["san-launch-8"][1]   # kernels: about half
 
 
-def dealt_rows() -> dict[str, dict]:
-    rows = {}
-    for line in (HERE / "device-x2-call12.log").read_text().splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            rows[row["variant"]] = row
-    return rows
-
-
 def test_dealt_batches_keep_every_verdict_and_are_as_fast_on_one_gpu_as_on_two():
-    rows = dealt_rows()
+    rows = bench_rows("device-x2-call12.log")
     assert all(r["verdicts_identical_to_baseline"] for v, r in rows.items() if v != "8@0/1")
     assert rows["8@0/1"]["wall_s"] > 40 and rows["8@0"]["speedup"] >= 4.8
     # the default on two GPUs now: 4 workers on each, as fast as 8 on one; 8 on each is slower
