@@ -11,6 +11,7 @@ every finding lands in its case (`scan_batch`, `parse.case_segments`), or one pr
 per case (`--batch 1`, and any case a batch cannot judge). It aggregates per case:
 affected, unaffected, inconclusive, not supported.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -95,7 +96,8 @@ class ScanResult:
             "entry": self.entry_id, "op": self.space.op, "params": self.space.params, "workers": self.workers,
             "wall_s": round(self.wall_s, 3), "sum_case_s": round(self.sum_case_s, 3),
             "interrupted": self.interrupted, "sanitizer_output": self.sanitizer_output,
-            "batch_size": self.batch_size, "processes": self.processes, "batches": list(self.batches), "ran_alone_after_batch": self.ran_alone(),
+            "batch_size": self.batch_size, "processes": self.processes, "batches": list(self.batches),
+            "ran_alone_after_batch": self.ran_alone(),
             "cases": {p: {"verdict": a.verdict.value, "reason": a.reason, "error_count": a.evidence.error_count,
                           "sites": [s["site"] for s in a.evidence.sites],
                           "instantiations": list(a.evidence.instantiations),
