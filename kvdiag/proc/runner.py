@@ -131,7 +131,7 @@ class CommandResult(LogTexts):
     pid: int | None = None
     timeout_s: float | None = None
     survivors: tuple[int, ...] = field(default=())   # pids of the group still alive after SIGKILL (D state)
-    quiet_s: float | None = None   # set when it timed out for printing nothing that long (quiet_timeout)
+    quiet_s: float | None = None   # the quiet_timeout, when that is what stopped it
 
     @property
     def ok(self) -> bool:
@@ -143,7 +143,7 @@ class CommandResult(LogTexts):
             return "interrupted"
         if self.timed_out:
             if self.quiet_s is not None:
-                return (f"timed out after {self.quiet_s:.1f} s without output, {self.duration_s:.1f} s in all "
+                return (f"timed out: no output for {self.quiet_s:.1f} s, {self.duration_s:.1f} s in all "
                         "(process group killed)")
             t = self.timeout_s if self.timeout_s is not None else self.duration_s
             return f"timed out after {t:.1f} s (process group killed)"
@@ -486,7 +486,7 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
                 break
             if quiet_timeout is not None and now - sink.last_output >= quiet_timeout:
                 timed_out = True
-                quiet_for = now - sink.last_output
+                quiet_for = quiet_timeout
                 break
             if cancel is not None and cancel.is_set():
                 interrupted = cancelled = True
