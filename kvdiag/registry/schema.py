@@ -199,7 +199,7 @@ STEP = Section(
 )
 
 SCAN = Section(
-    doc="The case space `kvdiag scan` walks, one process per case.",
+    doc="The case space `kvdiag scan` walks; every case gets its own verdict.",
     keys={
         "step": _s("The step run per case.", required=True),
         "op": _s(required=True),
