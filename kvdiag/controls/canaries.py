@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvdiag import resources
+
 __all__ = [
     "ALL_TOOLS",
     "CANARIES",
@@ -39,12 +41,7 @@ EXPECT_MARKER = "KVDIAG-EXPECT:"
 _MARKER_RE = re.compile(r"//\s*KVDIAG-EXPECT:\s*(?P<kind>[a-z][a-z-]*)\s*$")
 
 
-def _find_canary_dir() -> Path:
-    """``repro/canaries`` of the source tree (kvdiag/controls -> project root)."""
-    return Path(__file__).resolve().parents[2] / "repro" / "canaries"
-
-
-CANARY_DIR = _find_canary_dir()
+CANARY_DIR = resources.canaries_dir()
 
 
 class MarkerError(ValueError):

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-import kvdiag
+from kvdiag import resources
 from kvdiag.controls.cache import ControlRecord, gate_for_record, load_controls, store_controls
 from kvdiag.controls.canaries import ALL_TOOLS, Canary, MarkerError, pair_for
 from kvdiag.controls.launch import CompileError, Compiler, arch_for, available_launchers, parse_launcher_line
@@ -282,14 +282,9 @@ def judge_negative(c: Canary, log_text: str | None, launcher: dict | None, *,
 # --------------------------------------------------------------------------- running
 
 
-def _package_root() -> str:
-    """The folder holding the ``kvdiag`` package, so ``python -m kvdiag.controls.launch`` imports it."""
-    return str(Path(kvdiag.__file__).resolve().parents[1])
-
-
 def _child_env() -> dict[str, str]:
     existing = os.environ.get("PYTHONPATH")
-    path = _package_root() + (os.pathsep + existing if existing else "")
+    path = str(resources.import_root()) + (os.pathsep + existing if existing else "")
     return {"PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import kvdiag
+from kvdiag import resources
 from kvdiag.engine.execute import RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.progress import Progress
@@ -228,10 +228,6 @@ def step_argv(request: BisectRequest, worktree: Path, build_dir: Path, record: P
     return argv
 
 
-def _package_root() -> str:
-    return str(Path(kvdiag.__file__).resolve().parent.parent)
-
-
 def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None = None) -> BisectReport:
     """Bisect in a scratch worktree; ``git bisect reset`` and its removal always follow."""
     progress = progress or Progress(enabled=False)
@@ -279,7 +275,7 @@ def _drive(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, re
         raise UsageError(f"git bisect start {bad[:12]} {good[:12]} failed: {_last_lines(start.combined_text())}")
     try:
         progress.say(f"bisecting {good[:12]}..{bad[:12]} in {worktree}")
-        pythonpath = os.pathsep.join(p for p in (_package_root(), os.environ.get("PYTHONPATH")) if p)
+        pythonpath = os.pathsep.join(p for p in (str(resources.import_root()), os.environ.get("PYTHONPATH")) if p)
         run = git.run("bisect", "run", *step_argv(request, worktree, build_dir, record), timeout=request.timeout,
                       name="bisect-run", env={"PYTHONPATH": pythonpath})
         if run.interrupted:

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from kvdiag import resources
 from kvdiag.errors import UsageError
-from kvdiag.registry.loader import PROJECT_ROOT, Problem
+from kvdiag.registry.loader import Problem
 
 PROBE_GLOB = "*.patch"
 HEADER_END = "---"
@@ -137,7 +138,7 @@ class ProbeFileError(ValueError):
 
 
 def default_probes_dir() -> Path:
-    return PROJECT_ROOT / "probes"
+    return resources.probes_dir()
 
 
 def split_probe_text(text: str) -> tuple[str, str]:

@@ -17,7 +17,8 @@ import jinja2
 from jinja2 import meta
 
 from kvdiag.registry import schema
-from kvdiag.registry.loader import PROJECT_ROOT, Problem, RawEntry
+from kvdiag import resources
+from kvdiag.registry.loader import Problem, RawEntry
 
 ID_PATTERN = re.compile(r"^D[1-9][0-9]*$")
 
@@ -171,7 +172,7 @@ def _lint_consistency(raw: RawEntry, add) -> None:
     if scan and scan["step"] not in step_names:
         add("scan.step", f"no repro step named {scan['step']!r}")
     for i, probe in enumerate(data.get("probes", [])):
-        if not (PROJECT_ROOT / probe["file"]).is_file():
+        if not resources.data_path(probe["file"]).is_file():
             add(f"probes[{i}].file", f"dangling: {probe['file']} does not exist")
     if not raw.body.strip():
         add("(body)", "the Markdown body is empty: root cause, trigger, what is established")

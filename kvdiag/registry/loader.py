@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvdiag import resources
 from kvdiag.errors import UsageError
 from kvdiag.registry.entry import Entry, Matcher, Step
 
 FRONT_MATTER = re.compile(r"\A\s*```toml[ \t]*\n(?P<toml>.*?)\n```[ \t]*\n?(?P<body>.*)\Z", re.S)
 ENTRY_GLOB = "D*.md"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -63,16 +63,11 @@ class Registry:
 
 
 def registry_root(explicit: Path | None = None) -> Path:
-    """Where entries live: --registry, $KVDIAG_REGISTRY, or the project's registry/ folder."""
+    """Where entries live: --registry, $KVDIAG_REGISTRY, or kvdiag's own registry (kvdiag.resources)."""
     if explicit is not None:
         return explicit
     env = os.environ.get("KVDIAG_REGISTRY")
-    return Path(env) if env else PROJECT_ROOT / "registry"
-
-
-def project_path(relative: str) -> Path:
-    """A path named in an entry (probe, repro helper) relative to the project root."""
-    return PROJECT_ROOT / relative
+    return Path(env) if env else resources.registry_dir()
 
 
 def read_raw(path: Path) -> RawEntry:
