@@ -225,7 +225,7 @@ def probe_drop(worktree_dir: Path) -> int:
 
 
 def _recipe(entry, configure_cmd, build_cmd, reference, jobs, build_timeout=None):
-    from kvdiag.engine.verify import BUILD_TIMEOUT_S, BuildRecipe
+    from kvdiag.engine.scratch_build import BUILD_TIMEOUT_S, BuildRecipe
 
     return BuildRecipe(configure_cmd=configure_cmd, build_cmd=build_cmd, reference=reference,
                        targets=tuple(entry.requires.get("binaries", ())), jobs=jobs,
@@ -271,7 +271,8 @@ def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, bui
     Exit 64/70  usage error (a probe that does not apply) / harness failure
     """
     from kvdiag.engine.progress import Progress
-    from kvdiag.engine.verify import BuildFailed, VerifyRequest, render_report, verify_fix
+    from kvdiag.engine.scratch_build import BuildFailed
+    from kvdiag.engine.verify import VerifyRequest, render_report, verify_fix
     from kvdiag.home import kvdiag_home
     from kvdiag.probes.stack import order_stack
 

@@ -11,7 +11,7 @@ A new driver, toolkit or sanitizer gives a new key, so a control proven on the
 old one is simply absent for the new one and runs again.
 
 The engine asks :func:`not_reproduced_gate` before it issues ``not-reproduced``
-from a sanitizer step, and :func:`ensure_control` to run a missing control
+from a sanitizer step, and ``doctor.ensure_control`` to run a missing control
 lazily, so ``kvdiag run`` works without a prior ``kvdiag doctor``.
 """
 
@@ -24,18 +24,16 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterable, Iterator
 
+from kvdiag.controls.gate import Gate
 from kvdiag.errors import HarnessError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from kvdiag.controls.doctor import DoctorReport
 
 __all__ = [
     "CONTROLS_FILE",
     "ControlRecord",
     "Gate",
-    "ensure_control",
+    "control_run_lock",
     "load_control",
     "load_controls",
     "not_reproduced_gate",
@@ -99,19 +97,18 @@ class ControlRecord:
         )
 
 
-@dataclass(frozen=True)
-class Gate:
-    """May the engine say ``not-reproduced`` for a step checked by this tool? And why (not)."""
-
-    allowed: bool
-    reason: str
-
-
 # --------------------------------------------------------------------------- file
 
 
 def _path(home: Path) -> Path:
     return Path(home) / CONTROLS_FILE
+
+
+@contextmanager
+def control_run_lock(home: Path, tool: str) -> Iterator[None]:
+    """Held while ``tool``'s control runs, so threads and processes run it once, not side by side."""
+    with _locked(home, f"run-{tool}"):
+        yield
 
 
 @contextmanager
@@ -189,9 +186,9 @@ def store_record(home: Path, record: ControlRecord) -> None:
         _write(home, doc)
 
 
-def store_controls(home: Path, report: "DoctorReport") -> list[ControlRecord]:
+def store_controls(home: Path, records: Iterable[ControlRecord | None]) -> list[ControlRecord]:
     """Record every control the doctor actually ran (cached ones are rewritten unchanged)."""
-    records = [r for r in report.records() if r is not None]
+    records = [r for r in records if r is not None]
     if not records:
         return []
     with _locked(home):
@@ -229,32 +226,3 @@ def not_reproduced_gate(home: Path, env_key: str, tool: str | None) -> Gate:
     if tool is None:
         return Gate(True, "no sanitizer in this step: no detector control needed")
     return gate_for_record(tool, load_control(home, env_key, tool))
-
-
-def ensure_control(home: Path, env, tool: str, sanitizer: Path | None, log_dir: Path) -> ControlRecord:
-    """``tool``'s record for ``env`` (an ``Environment``), running its pair first if there is none.
-
-    Never raises for a missing GPU, launcher or sanitizer: the record then says
-    the control could not run (``passed`` False) and is *not* stored, so a later
-    call on a better-equipped run tries again.
-    """
-    from kvdiag.controls.doctor import run_tool_control
-
-    env_key = env.key()
-    existing = load_control(home, env_key, tool)
-    if existing is not None:
-        return existing
-    # One control run per tool at a time, across the threads of a scan and across kvdiag
-    # processes: two concurrent runs compiled the same canary into the same folder, and the
-    # loser's verdict became "control could not run" (measured: 11 of 132 scan cases).
-    with _locked(home, f"run-{tool}"):
-        existing = load_control(home, env_key, tool)
-        if existing is not None:
-            return existing
-        result, record = run_tool_control(home=home, env=env, tool=tool, sanitizer=sanitizer, log_dir=log_dir)
-        if record is None:
-            # Not run at all (no GPU / sanitizer / launcher): say why, store nothing.
-            return ControlRecord(env_key=env_key, tool=tool, passed=False, date=result.date,
-                                 detail=result.detail, positive_detected=None, negative_clean=None)
-        store_record(home, record)
-        return record

@@ -16,8 +16,8 @@ runs each tool's pair under ``compute-sanitizer --tool T`` and records the
 outcome per machine key (``kvdiag.controls.cache``). Without a GPU or a
 sanitizer each line says so (``skip``) and nothing raises.
 
-Judging is split from running: :func:`judge_positive` and
-:func:`judge_negative` read a recorded log, so they are tested on fixtures.
+Judging is split from running (:mod:`kvdiag.controls.judging` reads a recorded
+log), so it is tested on fixtures; this module runs the pairs and keeps the record.
 """
 
 from __future__ import annotations
@@ -31,11 +31,23 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kvdiag import resources
-from kvdiag.controls.cache import ControlRecord, gate_for_record, load_controls, store_controls
-from kvdiag.controls.canaries import ALL_TOOLS, Canary, MarkerError, pair_for
+from kvdiag.controls.cache import (
+    ControlRecord,
+    control_run_lock,
+    load_control,
+    load_controls,
+    store_controls,
+    store_record,
+)
+from kvdiag.controls.canaries import ALL_TOOLS, Canary, pair_for
+from kvdiag.controls.judging import judge_negative, judge_positive, plural
 from kvdiag.controls.launch import CompileError, Compiler, arch_for, available_launchers, parse_launcher_line
-from kvdiag.errors import KvdiagError
+from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.exitcodes import ExitCode
+from kvdiag.proc.runner import CommandError, run_command
+from kvdiag.proc.sanitizer import SanitizerInvocation, find_sanitizer
+from kvdiag.target.build import inspect_build
+from kvdiag.target.host import fingerprint_environment
 
 __all__ = [
     "ALL_TOOLS",
@@ -44,9 +56,8 @@ __all__ = [
     "ControlResult",
     "DoctorReport",
     "doctor_exit_code",
+    "ensure_control",
     "format_report",
-    "judge_negative",
-    "judge_positive",
     "run_doctor",
     "run_tool_control",
 ]
@@ -179,106 +190,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-# --------------------------------------------------------------------------- judging
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def _count_text(report) -> str:
-    """How many errors the tool counted, in its own words."""
-    if report.error_count is not None:
-        return _plural(report.error_count, "error")
-    if report.racecheck is not None:
-        rc = report.racecheck
-        return f"{_plural(rc.hazards, 'hazard')} ({_plural(rc.errors, 'error')}, {_plural(rc.warnings, 'warning')})"
-    return f"{_plural(len(report.findings), 'finding')} printed, no summary"
-
-
-def _sites_text(report, limit: int = 3) -> str:
-    """``3 x invalid-write at k.cu:9, 1 x other at ?``: what the tool did report."""
-    from kvdiag.parse.sanitizer import site_label
-
-    parts = [f"{s.count} x {s.kind} at {site_label(s)}" for s in report.sites[:limit]]
-    if len(report.sites) > limit:
-        parts.append(f"{len(report.sites) - limit} more site(s)")
-    return ", ".join(parts)
-
-
-def _at(finding, filename: str, line: int) -> bool:
-    """The finding, or one of its other access sites (a race's peer), is at filename:line."""
-    frames = [(finding.file, finding.line)]
-    frames += [(p.file, p.line) for p in getattr(finding, "peers", ())]
-    return any(f is not None and os.path.basename(f) == filename and ln == line for f, ln in frames)
-
-
-def _not_run_text(report, run_note: str) -> str | None:
-    """Why the log cannot be evidence of anything, or None when it can."""
-    if report.tool_errors:
-        return f"compute-sanitizer failed: {report.tool_errors[0]}" + (f" ({run_note})" if run_note else "")
-    if not report.banner and not report.has_summary and not report.findings:
-        return "compute-sanitizer wrote no report" + (f" ({run_note})" if run_note else "")
-    return None
-
-
-def judge_positive(c: Canary, log_text: str | None, *, run_note: str = "") -> tuple[bool, str]:
-    """Did the tool report ``c``'s defect, of the expected kind, at the expected file:line?
-
-    ``log_text`` is the tool's ``--log-file`` (or, when it wrote none, the run's
-    combined output); ``run_note`` says how the run ended, for the detail.
-    """
-    from kvdiag.parse.sanitizer import parse_sanitizer
-
-    try:
-        line = c.expected_line()
-    except (MarkerError, OSError) as exc:
-        return False, f"the canary itself is broken: {exc}"
-    kind, site = c.expected_kind, f"{c.filename}:{line}"
-    if not log_text:
-        return False, "no sanitizer output at all" + (f" ({run_note})" if run_note else "")
-    report = parse_sanitizer(log_text, tool=c.tool)
-    matching = [f for f in report.findings if f.kind == kind and _at(f, c.filename, line)]
-    if matching:
-        return True, f"{kind} at {site}, {_count_text(report)}"
-    broken = _not_run_text(report, run_note)
-    if broken:
-        return False, f"expected {kind} at {site}; {broken}"
-    if report.findings:
-        return False, f"expected {kind} at {site}; the tool reported {_sites_text(report)} ({_count_text(report)})"
-    if report.has_summary:
-        return False, f"expected {kind} at {site}; the tool reported {_count_text(report)}"
-    return False, (f"expected {kind} at {site}; the log has no summary: the tool did not finish"
-                   + (f" ({run_note})" if run_note else ""))
-
-
-def judge_negative(c: Canary, log_text: str | None, launcher: dict | None, *,
-                   run_note: str = "") -> tuple[bool, str]:
-    """Was the fixed twin clean: summary printed, 0 errors, no tool error, kernel really launched?"""
-    from kvdiag.parse.sanitizer import parse_sanitizer
-
-    if not log_text:
-        return False, "no sanitizer output at all" + (f" ({run_note})" if run_note else "")
-    report = parse_sanitizer(log_text, tool=c.tool)
-    broken = _not_run_text(report, run_note)
-    if broken:
-        return False, broken
-    if report.findings or report.error_count or (report.racecheck and (report.racecheck.hazards
-                                                                          or report.racecheck.errors)):
-        sites = _sites_text(report)
-        return False, f"{_count_text(report)} on the fixed twin" + (f": {sites}" if sites else "")
-    if not report.has_summary:
-        return False, ("the log has no summary: the tool did not finish"
-                       + (f" ({run_note})" if run_note else ""))
-    if launcher is None:
-        return False, (f"{_count_text(report)}, but the launcher never reported: nothing proves "
-                       "the kernel ran" + (f" ({run_note})" if run_note else ""))
-    if not launcher.get("ok"):
-        return False, (f"{_count_text(report)}, but the kernel did not run to completion: "
-                       f"{launcher.get('error') or 'launcher reported failure'}")
-    return True, f"{_count_text(report)} ({c.filename}, launcher {launcher.get('launcher')})"
-
-
 # --------------------------------------------------------------------------- running
 
 
@@ -299,9 +210,6 @@ class _CanaryRun:
 def _run_canary(c: Canary, *, cubin: Path, sanitizer: Path, log_dir: Path,
                 timeout: float) -> _CanaryRun:
     """One canary under its tool; what the tool wrote, and what the launcher said."""
-    from kvdiag.proc.runner import CommandError, run_command
-    from kvdiag.proc.sanitizer import SanitizerInvocation
-
     log_file = log_dir / f"{c.name}.{c.tool}.log"
     program = [sys.executable, "-m", "kvdiag.controls.launch", c.name, "--cubin", os.fspath(cubin)]
     argv = SanitizerInvocation(c.tool, options=c.sanitizer_options).argv(sanitizer, log_file, program)
@@ -398,6 +306,33 @@ def run_tool_control(*, home: Path, env, tool: str, sanitizer: Path | None, log_
 # --------------------------------------------------------------------------- checks
 
 
+def ensure_control(home: Path, env, tool: str, sanitizer: Path | None, log_dir: Path) -> ControlRecord:
+    """``tool``'s record for ``env`` (an ``Environment``), running its pair first if there is none.
+
+    Never raises for a missing GPU, launcher or sanitizer: the record then says
+    the control could not run (``passed`` False) and is *not* stored, so a later
+    call on a better-equipped run tries again.
+    """
+    env_key = env.key()
+    existing = load_control(home, env_key, tool)
+    if existing is not None:
+        return existing
+    # One control run per tool at a time, across the threads of a scan and across kvdiag
+    # processes: two concurrent runs compiled the same canary into the same folder, and the
+    # loser's verdict became "control could not run" (measured: 11 of 132 scan cases).
+    with control_run_lock(home, tool):
+        existing = load_control(home, env_key, tool)
+        if existing is not None:
+            return existing
+        result, record = run_tool_control(home=home, env=env, tool=tool, sanitizer=sanitizer, log_dir=log_dir)
+        if record is None:
+            # Not run at all (no GPU / sanitizer / launcher): say why, store nothing.
+            return ControlRecord(env_key=env_key, tool=tool, passed=False, date=result.date,
+                                 detail=result.detail, positive_detected=None, negative_clean=None)
+        store_record(home, record)
+        return record
+
+
 def _gpu_checks(env) -> list[Check]:
     gpu = env.gpu
     if not gpu.available:
@@ -407,7 +342,7 @@ def _gpu_checks(env) -> list[Check]:
                       f"NVIDIA driver {gpu.driver_version}, but no GPU visible" if gpu.driver_version
                       else "no NVIDIA driver loaded (no driver version readable)")]
     devs = ", ".join(f"{d.name} (cc {d.cc_str or '?'}, {d.arch or '?'})" for d in gpu.devices)
-    checks = [Check("gpu", "pass", f"{_plural(len(gpu.devices), 'device')}: {devs}; via {gpu.source}"
+    checks = [Check("gpu", "pass", f"{plural(len(gpu.devices), 'device')}: {devs}; via {gpu.source}"
                     + f"; canaries compiled for {_arch(env)}")]
     if gpu.driver_version:
         cuda = f", supports CUDA {gpu.driver_cuda_version}" if gpu.driver_cuda_version else ""
@@ -457,8 +392,6 @@ def _tool_checks(env, sanitizer: Path | None) -> list[Check]:
 
 
 def _build_check(build_dir: Path, log_dir: Path) -> Check:
-    from kvdiag.target.build import inspect_build
-
     try:
         info = inspect_build(build_dir, log_dir=log_dir)
     except KvdiagError as exc:
@@ -494,19 +427,13 @@ def run_doctor(*, home: Path, sanitizer: Path | None, build_dir: Path | None, re
     path that is not a sanitizer raises :class:`kvdiag.errors.UsageError`.
     ``environment`` replaces the fingerprint (tests).
     """
-    from kvdiag.proc.sanitizer import find_sanitizer
-
     unknown = [t for t in tools if t not in ALL_TOOLS]
     if unknown:
-        from kvdiag.errors import UsageError
-
         raise UsageError(f"unknown sanitizer tool(s): {', '.join(unknown)}; known: {', '.join(ALL_TOOLS)}")
     home, log_dir = Path(home), Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     sanitizer_path = find_sanitizer(sanitizer)
     if environment is None:
-        from kvdiag.target.host import fingerprint_environment
-
         environment = fingerprint_environment(log_dir=log_dir / "environment", sanitizer=sanitizer_path)
     env = environment
     if sanitizer_path is None and getattr(env.tools, "compute_sanitizer_path", None):
@@ -544,7 +471,7 @@ def run_doctor(*, home: Path, sanitizer: Path | None, build_dir: Path | None, re
     report = DoctorReport(env_key=env_key, date=date, checks=tuple(checks), controls=tuple(controls),
                           tools=tuple(tools), versions=_versions(env),
                           environment=env.to_dict() if hasattr(env, "to_dict") else {})
-    store_controls(home, report)
+    store_controls(home, report.records())
     return report
 
 
@@ -562,15 +489,3 @@ def format_report(report: DoctorReport) -> str:
         trusted = ", ".join(report.trusted_tools) or "none"
         lines.append(f"not trustworthy: tools proven here: {trusted} (key {report.env_key})")
     return "\n".join(lines)
-
-
-def gate_lines(report: DoctorReport) -> list[str]:
-    """What the engine's gate would now say per tool (for ``kvdiag doctor -v``)."""
-    by_tool = {c.tool: c for c in report.controls}
-    out = []
-    for tool in report.tools:
-        c = by_tool.get(tool)
-        record = None if c is None else _record(report.env_key, c, c.cached_from or report.date, {})
-        out.append(f"{tool}: {gate_for_record(tool, record).reason}")
-    return out
-

@@ -12,7 +12,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from kvdiag.engine.judge import Gate
+from kvdiag.controls.gate import Gate
+from kvdiag.target.build import check_build_staleness
 
 _NINJA = """rule copy
   command = cp $in $out
@@ -36,8 +37,6 @@ _PLAIN_MAKEFILE = """bin/test-backend-ops: kernel.cu
 
 def staleness_control(generator: str | None, log_dir: Path) -> Gate:
     """Gate for a not-reproduced from the staleness check of a build made by `generator`."""
-    from kvdiag.target.build import check_build_staleness
-
     gen = generator or "Ninja"
     if gen.startswith("Ninja"):
         files, cmake_generator = {"build.ninja": _NINJA}, "Ninja"

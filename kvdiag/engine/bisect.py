@@ -32,9 +32,9 @@ from kvdiag import resources
 from kvdiag.engine.execute import RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.progress import Progress
+from kvdiag.engine.scratch_build import BuildFailed, BuildRecipe, build_tree
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Verdict
-from kvdiag.engine.verify import BuildFailed, BuildRecipe, build_tree
 from kvdiag.errors import HarnessError, UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.probes.worktree import Git, porcelain_status, repo_toplevel, resolve_commit, scratch_worktree

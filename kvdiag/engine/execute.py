@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from kvdiag import __version__
+from kvdiag.controls.staleness import staleness_control
 from kvdiag.engine.applicability import judge_applicability
+from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
 from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
@@ -23,7 +25,9 @@ from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
 from kvdiag.engine.wrapping import sanitizer_invocation
 from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
+from kvdiag.proc.slots import SlotPool, slots_for_memory
 from kvdiag.registry.entry import Entry, Step
+from kvdiag.server import completion_requests, run_server_attempt
 from kvdiag.store.runs import RunDir
 
 GateProvider = Callable[[str | None], Gate]
@@ -134,10 +138,6 @@ def attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, inde
     With ``options.device`` the processes see only that GPU and the attempt names it."""
     attempt = _attempt_step(entry, step, target, run_dir, index, label, options, gate_provider, name_prefix)
     if options.device is not None:
-        from dataclasses import replace
-
-        from kvdiag.engine.devices import describe
-
         attempt = replace(attempt, device=describe(options.device))
     return attempt
 
@@ -151,8 +151,6 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
         stale = staleness.stale if staleness is not None and staleness.checked else None
         detail = _staleness_detail(staleness)
         obs = observe_staleness(step, stale, detail)
-        from kvdiag.controls.staleness import staleness_control
-
         generator = target.build.generator if target.build is not None else None
         return judge_attempt(entry, obs, lambda: staleness_control(generator, run_dir.logs), index,
                              time.monotonic() - started)
@@ -205,8 +203,6 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
                     started: float) -> Attempt:
     """A server step: start llama-server (under the sanitizer if the step has one), send the
     step's requests, stop it; its logs are judged like any command's."""
-    from kvdiag.server import completion_requests, run_server_attempt
-
     progress = options.progress or Progress(enabled=False)
     try:
         planned = plan_step(entry, step, target, run_dir, options)
@@ -247,10 +243,6 @@ def plan_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, options
         source_dir=build.source_dir if build else None, scratch=run_dir.scratch, overrides=options.overrides)
     planned = render_step(step, context)
     if options.device is not None:
-        from dataclasses import replace
-
-        from kvdiag.engine.devices import visible_value
-
         planned = replace(planned, env={**planned.env, "CUDA_VISIBLE_DEVICES": visible_value(options.device)})
     return planned
 
@@ -261,8 +253,6 @@ def gpu_lease(entry: Entry, target: Target, options: RunOptions):
 
     if not entry.requires.get("gpu"):
         return contextlib.nullcontext()
-    from kvdiag.proc.slots import SlotPool, slots_for_memory
-
     device = options.device or target.first_device
     total = device.total_memory_bytes if device and device.total_memory_bytes else 16 << 30
     key = target.device_key() if options.device is None else _device_key(options.device)
@@ -271,8 +261,6 @@ def gpu_lease(entry: Entry, target: Target, options: RunOptions):
 
 
 def _device_key(device) -> str:
-    from kvdiag.engine.devices import device_key
-
     return device_key(device)
 
 

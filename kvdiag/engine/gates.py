@@ -12,7 +12,9 @@ import threading
 from pathlib import Path
 
 from kvdiag.engine.execute import GateProvider, no_sanitizer_gate
-from kvdiag.engine.judge import Gate
+from kvdiag.controls.cache import not_reproduced_gate
+from kvdiag.controls.doctor import ensure_control
+from kvdiag.controls.gate import Gate
 from kvdiag.engine.target import Target
 
 
@@ -34,11 +36,8 @@ def controls_gate_provider(home: Path, target: Target, log_dir: Path) -> GatePro
 
 
 def _gate_for(home: Path, target: Target, tool: str, log_dir: Path) -> Gate:
-    from kvdiag.controls.cache import ensure_control, not_reproduced_gate
-
     try:
         ensure_control(home, target.environment, tool, target.sanitizer, log_dir)
     except Exception as exc:  # a control that cannot run is a reason, never a crash
         return Gate(False, f"{tool}'s control could not run on this machine: {exc}")
-    gate = not_reproduced_gate(home, target.environment.key(), tool)
-    return Gate(gate.allowed, gate.reason)
+    return not_reproduced_gate(home, target.environment.key(), tool)

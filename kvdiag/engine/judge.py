@@ -13,23 +13,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from kvdiag.controls.gate import Gate
 from kvdiag.engine.matchers import Match, match
 from kvdiag.engine.observe import Observations
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.sanitizer import instantiations, site_label
 from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
 from kvdiag.registry.entry import Entry, Matcher
-
-
-@dataclass(frozen=True)
-class Gate:
-    """Whether a not-reproduced may be issued for a detector, and why (from the controls)."""
-
-    allowed: bool
-    reason: str
 
 
 def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:

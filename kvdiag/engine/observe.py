@@ -8,17 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from kvdiag.parse.aborts import AbortInfo, parse_aborts
 from kvdiag.parse.backend_ops import BackendOpsReport, parse_backend_ops
-from kvdiag.parse.sanitizer import SanitizerReport, parse_sanitizer
+from kvdiag.parse.case_segments import CaseSegment, CaseSplit, segment_text
+from kvdiag.parse.sanitizer import MARKER, SanitizerReport, fold_sites, parse_sanitizer
 from kvdiag.parse.text import strip_ansi
 from kvdiag.registry.entry import Step
-
-if TYPE_CHECKING:
-    from kvdiag.parse.case_segments import CaseSegment, CaseSplit
-
 
 @dataclass(frozen=True)
 class Observations:
@@ -74,7 +71,7 @@ def observe_staleness(step: Step, stale: bool | None, detail: str) -> Observatio
                         sanitizer=None, backend_ops=None, aborts=(), stale=stale, stale_detail=detail)
 
 
-def observe_segment(step: Step, text: str, split: "CaseSplit", segment: "CaseSegment") -> Observations:
+def observe_segment(step: Step, text: str, split: CaseSplit, segment: CaseSegment) -> Observations:
     """One case's share of a process that ran several (a scan batch), observed as if it
     had run alone: its own lines, its own findings, and the tool's count for them.
 
@@ -82,9 +79,6 @@ def observe_segment(step: Step, text: str, split: "CaseSplit", segment: "CaseSeg
     no command result is attached; the caller only judges a case this way when the
     process finished its report and the split accounted for every error it counted."""
     from dataclasses import replace
-
-    from kvdiag.parse.case_segments import segment_text
-    from kvdiag.parse.sanitizer import MARKER, fold_sites
 
     own = segment_text(text, segment)
     report = None

@@ -17,8 +17,11 @@ from typing import Any, Mapping
 
 import jinja2
 
+from kvdiag.engine.wrapping import wrap_with_sanitizer
 from kvdiag.errors import UsageError
+from kvdiag.proc.sanitizer import find_sanitizer
 from kvdiag.registry.entry import Entry, Step
+from kvdiag.target.build import inspect_build
 
 _JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
 
@@ -93,9 +96,6 @@ def escape_params(params: str) -> str:
 
 def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
     """What `kvdiag show ID --build DIR` prints: each step's argv against that build."""
-    from kvdiag.engine.wrapping import wrap_with_sanitizer
-    from kvdiag.target.build import inspect_build
-
     with tempfile.TemporaryDirectory(prefix="kvdiag-show-") as tmp:
         build = inspect_build(build_dir, log_dir=Path(tmp), check_staleness=False)
     out = []
@@ -115,8 +115,6 @@ def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
             except TemplateProblem as exc:
                 item["problem"] = str(exc)
             else:
-                from kvdiag.proc.sanitizer import find_sanitizer
-
                 commands = [wrap_with_sanitizer(step, cmd, Path("<run-dir>/sanitizer.log"), sanitizer=find_sanitizer())
                             for cmd in planned.commands]
                 item["argv"] = [list(c) for c in commands]

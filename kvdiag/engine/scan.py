@@ -185,6 +185,7 @@ def _output_note(entry: Entry, step: Step, batch_size: int = 1) -> str | None:
             f"compare with other scans of {entry.id}, not with `kvdiag run`)")
 
 
+# size: one dispatch loop; the worker pool, the device picker and the Ctrl-C path share its state.
 def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, workers: int,
          gate_provider: GateProvider, on_case: Callable[[str, Attempt], None] | None = None,
          limit: int | None = None, devices: Sequence[Any] = (), batch: int = 1) -> ScanResult:

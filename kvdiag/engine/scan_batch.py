@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from kvdiag.engine.devices import describe
 from kvdiag.engine.execute import GateProvider, RunOptions, gpu_lease, plan_step
 from kvdiag.engine.judge import judge_attempt
 from kvdiag.engine.observe import observe_segment
@@ -133,8 +134,6 @@ def run_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, numb
     share = out.wall_s / max(1, len(params))
     device = None
     if options.device is not None:
-        from kvdiag.engine.devices import describe
-
         device = describe(options.device)
     for index, case in cases:
         segment = split.segment(case)

@@ -121,6 +121,7 @@ def _harness_failure(entry: Entry, run_dir: RunDir, exc: BaseException, started:
     return outcome
 
 
+# size: the GPU queue, the CPU-only thread and Ctrl-C share one loop's state (#18.1 moves its printing).
 def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate_provider: GateProvider, *,
                     options: RunOptions | None = None, quiet: bool = True,
                     announce: Announce | None = None, devices: Sequence[Any] = ()) -> SweepRun:

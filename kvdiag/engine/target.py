@@ -14,6 +14,9 @@ from typing import Any, Callable
 
 from kvdiag.engine.applicability import Facts
 from kvdiag.proc.sanitizer import find_sanitizer
+from kvdiag.target.build import find_binaries, inspect_build, probe_backend_ops, probe_help
+from kvdiag.target.host import fingerprint_environment
+from kvdiag.target.memo import binary_key, environment_key, memoised
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,6 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
     memoised (kvdiag.target.memo); the build itself (git state, staleness) is
     always inspected afresh, since that is what a verdict must be current about.
     """
-    from kvdiag.target.build import find_binaries, inspect_build, probe_backend_ops
-    from kvdiag.target.host import fingerprint_environment
-    from kvdiag.target.memo import binary_key, environment_key, memoised
-
     from concurrent.futures import ThreadPoolExecutor
 
     found_sanitizer = find_sanitizer(sanitizer)
@@ -111,9 +110,6 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
 def _lazy_help(binary: Path, log_dir: Path, home: Path | None) -> Callable[[], str | None]:
     """llama-server's --help, run the first time an entry asks (memoised like test-backend-ops'):
     only entries with `applies.server_flags` pay for it."""
-    from kvdiag.target.build import probe_help
-    from kvdiag.target.memo import binary_key, memoised
-
     lock = threading.Lock()
     answer: list[str | None] = []
 

@@ -23,305 +23,33 @@
 
 from __future__ import annotations
 
-import os
-import re
-import shlex
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from kvdiag.engine.execute import RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
-from kvdiag.engine.planning import TemplateProblem, render_step, template_context
+from kvdiag.engine.numeric import NUMERIC_STEP, NumericResult, numeric_step, run_numeric
 from kvdiag.engine.progress import Progress
-from kvdiag.engine.target import Target, prepare_target
+from kvdiag.engine.scratch_build import BuildRecipe, BuildTimes, build_tree
+from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Outcome, Verdict
-from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.exitcodes import ExitCode
-from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.probes.patch import Probe, ProbeError
 from kvdiag.probes.worktree import (
     Worktree,
     apply_stack,
     porcelain_status,
-    resolve_commit,
     repo_toplevel,
+    resolve_commit,
     scratch_worktree,
 )
-from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, CommandResult, run_command
-from kvdiag.registry.entry import Entry, Step
-from kvdiag.store.runs import RunDir, RunStore
+from kvdiag.registry.entry import Entry
+from kvdiag.store.runs import RunStore
 
-CONFIGURE_TIMEOUT_S = 1800.0
-BUILD_TIMEOUT_S = 4 * 3600.0
-TAIL_LINES = 30
-NUMERIC_STEP = "numeric"
-# Cache entries never passed on: they describe the old tree and build, not the configuration.
-_NOT_OPTIONS = re.compile(r"(_SOURCE_DIR|_BINARY_DIR|_IS_TOP_LEVEL)$")
-_CACHE_TYPED = re.compile(r'^(?:"(?P<q>[^"]*)"|(?P<k>[^:="]+)):(?P<type>[A-Za-z]+)=')
-_COMPILERS = ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER", "CMAKE_CUDA_COMPILER")
-
-
-# --------------------------------------------------------------------------- building
-
-
-class BuildFailed(KvdiagError):
-    """Configuring or building a scratch tree failed; carries the tail of its log."""
-
-    def __init__(self, phase: str, result: CommandResult | None, message: str, tail: Sequence[str] = ()):
-        super().__init__(message)
-        self.phase = phase
-        self.result = result
-        self.tail = tuple(tail)
-        self.log = result.combined_path if result is not None else None
-
-    def report(self) -> str:
-        lines = [str(self)]
-        if self.log is not None:
-            lines.append(f"log: {self.log}")
-        if self.tail:
-            lines.append(f"last {len(self.tail)} line(s):")
-            lines.extend(f"  {line}" for line in self.tail)
-        return "\n".join(lines)
-
-
-def substitute(command: str, values: Mapping[str, str]) -> list[str]:
-    """``shlex.split`` a user's command, then put ``{source}``, ``{build}``, ``{jobs}`` into each argument.
-
-    Splitting first keeps a path with spaces one argument; nothing goes through a shell.
-    """
-    try:
-        args = shlex.split(command)
-    except ValueError as exc:
-        raise UsageError(f"cannot split the command {command!r}: {exc}") from None
-    if not args:
-        raise UsageError("an empty command was given")
-    out = []
-    for arg in args:
-        for key, value in values.items():
-            arg = arg.replace("{" + key + "}", value)
-        out.append(arg)
-    return out
-
-
-@dataclass(frozen=True)
-class BuildRecipe:
-    """How a scratch tree is configured and built: the user's commands or the user's own build's configuration."""
-
-    configure_cmd: str | None = None
-    build_cmd: str | None = None
-    reference: Any = None                 # BuildInfo of the user's build, whose configuration is reused
-    targets: tuple[str, ...] = ()
-    jobs: int | None = None
-    configure_timeout: float = CONFIGURE_TIMEOUT_S
-    build_timeout: float = BUILD_TIMEOUT_S
-
-    def __post_init__(self) -> None:
-        if self.configure_cmd is None and self.build_cmd is None and self.reference is None:
-            raise UsageError("nothing says how to build the scratch tree: give --build (reuse that build's "
-                             "configuration) or --configure-cmd/--build-cmd")
-        if self.configure_cmd is None and self.build_cmd is None and self.reference.cache_path is None:
-            raise UsageError(f"{self.reference.build_dir} has no CMakeCache.txt to reuse: "
-                             "give --configure-cmd and --build-cmd")
-
-    def values(self, source: Path, build: Path) -> dict[str, str]:
-        return {"source": str(source), "build": str(build), "jobs": str(self.jobs or os.cpu_count() or 1)}
-
-    def configure_argv(self, source: Path, build: Path) -> list[str] | None:
-        """The configure command, or None when only a build command was given."""
-        if self.configure_cmd is not None:
-            return substitute(self.configure_cmd, self.values(source, build))
-        if self.reference is None or self.reference.cache_path is None:
-            return None
-        return cmake_configure_argv(self.reference, source, build)
-
-    def build_argv(self, source: Path, build: Path) -> list[str]:
-        if self.build_cmd is not None:
-            return substitute(self.build_cmd, self.values(source, build))
-        argv = ["cmake", "--build", str(build)]
-        if self.targets:
-            argv += ["--target", *self.targets]
-        return argv + ["-j", str(self.jobs or os.cpu_count() or 1)]
-
-
-def cache_types(cache_path: Path | None) -> dict[str, str]:
-    """{KEY: TYPE} of a CMakeCache.txt (INTERNAL and STATIC entries are not options)."""
-    if cache_path is None:
-        return {}
-    types: dict[str, str] = {}
-    try:
-        text = Path(cache_path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    for line in text.splitlines():
-        m = _CACHE_TYPED.match(line.strip())
-        if m:
-            types[m.group("q") if m.group("q") is not None else m.group("k").strip()] = m.group("type").upper()
-    return types
-
-
-def cmake_configure_argv(build, source: Path, scratch: Path) -> list[str]:
-    """``cmake -S source -B scratch`` with the user's build's own configuration (from its CMakeCache)."""
-    from kvdiag.target.build import read_cmake_cache
-
-    argv = ["cmake", "-S", str(source), "-B", str(scratch)]
-    if build.generator:
-        argv += ["-G", build.generator]
-    cache = read_cmake_cache(build.cache_path) if build.cache_path is not None else {}
-    if build.build_type:
-        argv.append(f"-DCMAKE_BUILD_TYPE={build.build_type}")
-    if build.cuda_architectures:
-        argv.append(f"-DCMAKE_CUDA_ARCHITECTURES={build.cuda_architectures}")
-    if build.cuda_flags:
-        argv.append(f"-DCMAKE_CUDA_FLAGS={build.cuda_flags}")
-    for key in _COMPILERS:
-        value = (cache.get(key) or "").strip()
-        if value and not value.endswith("-NOTFOUND"):
-            argv.append(f"-D{key}:FILEPATH={value}")
-    types = cache_types(build.cache_path)
-    for key, value in sorted(build.options.items()):
-        kind = types.get(key)
-        if _NOT_OPTIONS.search(key) or kind in ("INTERNAL", "STATIC"):
-            continue
-        # With its type: an untyped relative PATH value (GGML_BIN_INSTALL_DIR=bin) would be made
-        # absolute against cmake's working directory.
-        argv.append(f"-D{key}:{kind}={value}" if kind else f"-D{key}={value}")
-    return argv
-
-
-@dataclass(frozen=True)
-class BuildTimes:
-    configure_s: float | None = None
-    build_s: float | None = None
-
-
-def build_tree(recipe: BuildRecipe, source: Path, build: Path, *, log_dir: Path, label: str,
-               progress: Progress | None = None) -> BuildTimes:
-    """Configure (when there is a configure command) and build; BuildFailed with the log's tail on failure."""
-    build.mkdir(parents=True, exist_ok=True)
-    progress = progress or Progress(enabled=False)
-    times: dict[str, float] = {}
-    steps = [("configure", recipe.configure_argv(source, build), recipe.configure_timeout),
-             ("build", recipe.build_argv(source, build), recipe.build_timeout)]
-    for phase, argv, timeout in steps:
-        if argv is None:
-            continue
-        progress.say(f"{label}: {phase}: {shlex.join(argv[:8])}{' …' if len(argv) > 8 else ''}")
-        started = time.monotonic()
-        try:
-            result = run_command(argv, timeout=timeout, log_dir=log_dir, name=f"{label}-{phase}", cwd=source)
-        except CommandNotFound as exc:
-            raise BuildFailed(phase, None, f"{label}: cannot {phase}: {exc}") from None
-        except CommandInterrupted:
-            raise KeyboardInterrupt from None
-        times[phase] = time.monotonic() - started
-        if not result.ok:
-            tail = [ln for ln in result.combined_text().splitlines() if ln.strip()][-TAIL_LINES:]
-            raise BuildFailed(phase, result, f"{label}: {phase} failed ({result.describe()}): {shlex.join(argv)}",
-                              tail)
-    return BuildTimes(times.get("configure"), times.get("build"))
-
-
-# --------------------------------------------------------------------------- numeric test
-
-
-@dataclass(frozen=True)
-class NumericResult:
-    """One plain (unsanitized) run of the numeric test step, parsed."""
-
-    label: str                     # "numeric" or "numeric /hsk=256/"
-    params: str | None
-    executed: int = 0
-    passed: int = 0
-    failed: int = 0
-    not_supported: int = 0
-    finished: bool = False
-    exit: str = ""
-    process_ok: bool = False
-    duration_s: float = 0.0
-    log: str | None = None
-    problem: str | None = None     # it could not run (no binary, a template problem)
-    failures: tuple[str, ...] = ()
-
-    @property
-    def ran(self) -> bool:
-        return self.problem is None
-
-    @property
-    def ok(self) -> bool:
-        """Every executed case OK, at least one executed, and the program ended normally."""
-        return self.ran and self.executed >= 1 and self.failed == 0 and self.process_ok
-
-    def cell(self) -> str:
-        if not self.ran:
-            return f"not run: {self.problem}"
-        text = f"{self.passed} OK / {self.failed} FAIL"
-        if self.executed == 0:
-            text += " (0 executed)"
-        if not self.process_ok:
-            text += f" ({self.exit})"
-        return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "params": self.params, "executed": self.executed, "passed": self.passed,
-                "failed": self.failed, "not_supported": self.not_supported, "finished": self.finished,
-                "exit": self.exit, "process_ok": self.process_ok, "ok": self.ok,
-                "duration_s": round(self.duration_s, 3), "log": self.log, "problem": self.problem,
-                "failures": list(self.failures)}
-
-
-def numeric_step(entry: Entry) -> Step | None:
-    """The entry's ``numeric`` step; else its default step when that is a test-backend-ops step."""
-    step = entry.step(NUMERIC_STEP)
-    if step is not None:
-        return step
-    default = entry.default_step
-    return default if default.kind == "backend-ops" else None
-
-
-def run_numeric(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, params: str | None = None,
-                label: str = NUMERIC_STEP) -> NumericResult:
-    """Run ``step`` as a plain process (no sanitizer, no signature) and count OK/FAIL cases."""
-    build = target.build
-    overrides = {"params": params} if params is not None else {}
-    shown = f"{label} /{params}/" if params is not None else label
-    try:
-        context = template_context(entry, step, binaries=build.binaries if build else {},
-                                   build_dir=build.build_dir if build else None,
-                                   source_dir=build.source_dir if build else None,
-                                   scratch=run_dir.scratch, overrides=overrides)
-        planned = render_step(step, context)
-    except TemplateProblem as exc:
-        return NumericResult(shown, params, problem=str(exc))
-    if not planned.commands:
-        return NumericResult(shown, params, problem=f"step {step.name!r} has no command")
-    stdout, results = [], []
-    started = time.monotonic()
-    for j, argv in enumerate(planned.commands):
-        name = f"{label}-{j + 1}" if params is None else f"{label}-wide-{j + 1}"
-        try:
-            result = run_command(list(argv), timeout=step.timeout, log_dir=run_dir.logs, name=name,
-                                 env_overrides=planned.env or None, tty=step.tty)
-        except CommandNotFound as exc:
-            return NumericResult(shown, params, problem=str(exc))
-        except CommandInterrupted:
-            raise KeyboardInterrupt from None
-        results.append(result)
-        stdout.append(result.stdout_text())
-        if not result.ok:
-            break
-    report = parse_backend_ops("".join(stdout))
-    last = results[-1]
-    return NumericResult(
-        label=shown, params=params, executed=report.executed, passed=report.passed, failed=report.failed,
-        not_supported=report.not_supported, finished=report.finished, exit=last.describe(),
-        process_ok=all(r.ok for r in results), duration_s=time.monotonic() - started, log=str(last.combined_path),
-        failures=tuple(c.case_string for c in report.failures()[:10]),
-    )
 
 
 # --------------------------------------------------------------------------- the verification

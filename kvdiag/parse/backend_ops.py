@@ -30,6 +30,8 @@ from dataclasses import dataclass, field, replace
 
 from kvdiag.parse.text import dataclass_dict, iter_lines, split_top_level
 
+# size: the case records, the status-line grammar and the one-pass reader of one program's
+# output; each part is read only through the others.
 STATUSES = ("OK", "FAIL", "NOT_SUPPORTED", "SUPPORTED", "SKIPPED_LARGE", "INCOMPLETE")
 
 _MARKER = re.compile(r"(?<!=)={9}(?!=)")

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 from kvdiag.parse.text import dataclass_dict, iter_lines, split_top_level, to_int
 
+# size: one reader for four tools' report grammars, read in one pass over shared state; split
+# by tool it would repeat the line grammar (marker, frames, summaries) four times.
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 
 KINDS = (

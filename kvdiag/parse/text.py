@@ -25,6 +25,14 @@ def strip_ansi(text: str) -> str:
     return _ANSI_RE.sub("", text)
 
 
+def first_line(text: str) -> str:
+    """The first line of ``text`` with something on it, stripped ("" when none)."""
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
 def clean_line(line: str) -> str:
     """One physical line as a parser wants it: no line ending, no colour codes.
 

@@ -33,7 +33,7 @@ from typing import Iterable
 
 from kvdiag import resources
 from kvdiag.errors import UsageError
-from kvdiag.registry.loader import Problem
+from kvdiag.registry.raw import Problem
 
 PROBE_GLOB = "*.patch"
 HEADER_END = "---"

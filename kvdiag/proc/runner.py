@@ -69,6 +69,7 @@ from kvdiag.errors import KvdiagError
 from kvdiag.proc.groups import become_subreaper, killpg, reap_and_list_live, sigint_deferred
 from kvdiag.proc.logfiles import LogTexts, log_paths
 
+# size: the runner, its log sink and the group's end; the sink is shared with the server (#18.4).
 __all__ = [
     "CommandError",
     "CommandNotFound",
@@ -358,6 +359,7 @@ def _write_json(path: Path, doc: dict) -> None:
 
 # --------------------------------------------------------------------------- the runner
 
+# size: start, watch and finish share the child's state; being split into those parts (#18.4).
 def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: Path, name: str,
                 env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                 cwd: Path | None = None, tty: bool = False,

@@ -16,9 +16,9 @@ from typing import Any, Iterable
 import jinja2
 from jinja2 import meta
 
-from kvdiag.registry import schema
 from kvdiag import resources
-from kvdiag.registry.loader import Problem, RawEntry
+from kvdiag.registry import schema
+from kvdiag.registry.raw import Problem, RawEntry
 
 ID_PATTERN = re.compile(r"^D[1-9][0-9]*$")
 

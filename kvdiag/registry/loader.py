@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,30 +15,10 @@ from typing import Any
 from kvdiag import resources
 from kvdiag.errors import UsageError
 from kvdiag.registry.entry import Entry, Matcher, Step
+from kvdiag.registry.lint import lint_raw, lint_registry_wide
+from kvdiag.registry.raw import Problem, RawEntry, read_raw
 
-FRONT_MATTER = re.compile(r"\A\s*```toml[ \t]*\n(?P<toml>.*?)\n```[ \t]*\n?(?P<body>.*)\Z", re.S)
 ENTRY_GLOB = "D*.md"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with one file, reported as ``file: key: message``."""
-
-    file: str
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.key}: {self.message}"
-
-
-@dataclass(frozen=True)
-class RawEntry:
-    """A file split into its parsed TOML and its Markdown body."""
-
-    path: Path
-    data: dict[str, Any]
-    body: str
 
 
 @dataclass(frozen=True)
@@ -68,19 +46,6 @@ def registry_root(explicit: Path | None = None) -> Path:
         return explicit
     env = os.environ.get("KVDIAG_REGISTRY")
     return Path(env) if env else resources.registry_dir()
-
-
-def read_raw(path: Path) -> RawEntry:
-    """Split a file into TOML data and body; raises ValueError with a precise message."""
-    text = path.read_text(encoding="utf-8")
-    match = FRONT_MATTER.match(text)
-    if not match:
-        raise ValueError("no ```toml front matter at the top of the file")
-    try:
-        data = tomllib.loads(match.group("toml"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"TOML does not parse: {exc}") from None
-    return RawEntry(path=path, data=data, body=match.group("body").strip() + "\n")
 
 
 def build_entry(raw: RawEntry) -> Entry:
@@ -147,8 +112,6 @@ def entry_files(root: Path) -> list[Path]:
 
 def load_registry(root: Path | None = None) -> Registry:
     """Load every entry; bad files become problems, never exceptions."""
-    from kvdiag.registry.lint import lint_raw, lint_registry_wide
-
     root = registry_root(root)
     if not root.is_dir():
         raise UsageError(f"registry folder not found: {root}")

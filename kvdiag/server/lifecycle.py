@@ -100,6 +100,7 @@ _subreaper_done = False
 
 
 
+# size: a second process stack beside proc/runner.py, being folded into it (#18.4).
 # --------------------------------------------------------------------------- logs
 
 class _LogPump:
@@ -374,6 +375,7 @@ class _Phase:
     loading_replies: int = 0
 
 
+# size: the attempt's phases (start, ready, requests, stop) read top to bottom, each a few lines.
 def run_server_attempt(step: Step, planned_argv: Sequence[str], env: Mapping[str, str] | None, log_dir: Path,
                        name: str, *, requests: Sequence[CompletionRequest] | None = None,
                        health_timeout: float | None = None, request_timeout: float | None = None,

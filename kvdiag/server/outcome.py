@@ -48,6 +48,7 @@ DIED_OUTCOMES = ("connection-dropped", "server-exited")
 _CUDA_ERROR = re.compile(r"CUDA error: .*")
 LAST_LINES = 20
 from kvdiag.proc.logfiles import LogTexts
+from kvdiag.proc.runner import result_dict
 
 
 def signal_name(signum: int) -> str:
@@ -211,6 +212,4 @@ class ServerResult(LogTexts):
         return self.server.describe()
 
     def to_dict(self) -> dict[str, Any]:
-        from kvdiag.proc.runner import result_dict
-
         return {"kind": "server", **result_dict(self), "server": self.server.to_dict()}

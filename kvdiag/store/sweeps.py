@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from kvdiag.errors import UsageError
+from kvdiag.records.verdict import Verdict
 from kvdiag.store.runs import write_json_atomic
 
 SWEEP_FORMAT = "kvdiag-sweep/1"
@@ -90,8 +91,6 @@ class Sweep:
 
     def counts(self) -> dict[str, int]:
         """How many entries ended in each verdict, every verdict listed (zeros too), in table order."""
-        from kvdiag.engine.verdict import Verdict
-
         counts = {v.value: 0 for v in Verdict}
         for o in self.outcomes:
             counts[o["verdict"]] = counts.get(o["verdict"], 0) + 1

@@ -96,7 +96,7 @@ def test_store_controls_writes_what_ran_not_what_was_cached(tmp_path):
                            cached_from="2026-11-01T00:00:00+00:00")
     report = DoctorReport(env_key=KEY, date="2026-11-29T17:00:00+00:00", checks=(), controls=(ran, cached),
                           versions={"nvcc": "13.0.88"})
-    store_controls(tmp_path, report)
+    store_controls(tmp_path, report.records())
     assert load_control(tmp_path, KEY, "synccheck") is None
     rec = load_control(tmp_path, KEY, "memcheck")
     assert rec.passed and rec.launcher == "pycuda" and rec.versions["launcher"] == "pycuda"

@@ -12,7 +12,8 @@ import pytest
 
 from controls_helpers import FAKE_NVCC, FAKE_SANITIZER, install_fake_sanitizer_logs, make_env
 from kvdiag.controls import doctor as doctor_mod
-from kvdiag.controls.cache import ensure_control, load_control, not_reproduced_gate
+from kvdiag.controls.cache import load_control, not_reproduced_gate
+from kvdiag.controls.doctor import ensure_control
 from kvdiag.controls.canaries import ALL_TOOLS, PAIRS
 from kvdiag.controls.doctor import (
     Check,
@@ -76,7 +77,7 @@ def test_no_gpu_and_no_sanitizer_say_both(tmp_path):
 
 
 def test_gpu_without_sanitizer_skips_the_controls(tmp_path, monkeypatch):
-    monkeypatch.setattr("kvdiag.proc.sanitizer.find_sanitizer", lambda explicit=None: None)
+    monkeypatch.setattr("kvdiag.controls.doctor.find_sanitizer", lambda explicit=None: None)
     report = run_doctor(home=tmp_path, sanitizer=None, build_dir=None, refresh=False, log_dir=tmp_path / "l",
                         environment=make_env(sanitizer=None))
     assert {c.name: c.status for c in report.checks}["gpu"] == "pass"

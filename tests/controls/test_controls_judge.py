@@ -6,7 +6,7 @@ import pytest
 
 from controls_helpers import fixture_log, ok_launcher
 from kvdiag.controls.canaries import ALL_TOOLS, pair_for
-from kvdiag.controls.doctor import judge_negative, judge_positive
+from kvdiag.controls.judging import judge_negative, judge_positive
 
 
 @pytest.mark.parametrize("tool", ALL_TOOLS)

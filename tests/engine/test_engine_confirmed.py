@@ -271,10 +271,10 @@ def test_stale_signature_other_outcomes(kv, stale, verdict, words):
 
 def test_current_build_without_a_working_staleness_control_is_inconclusive(kv, monkeypatch):
     """'Nothing to rebuild' only counts when the same dry run saw a staged stale build here."""
-    import kvdiag.controls.staleness as control
-    from kvdiag.engine.judge import Gate
+    import kvdiag.engine.execute as execute
+    from kvdiag.controls.gate import Gate
 
-    monkeypatch.setattr(control, "staleness_control",
+    monkeypatch.setattr(execute, "staleness_control",
                         lambda generator, log_dir: Gate(False, "the ninja -n control did not see a staged stale build"))
     entry = kv.entry("D909", STALE_ENTRY)
     staleness = Staleness(checked=True, stale=False, tool="ninja -n", pending=(), detail="no work to do")

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from kvdiag.engine.bisect import SKIP
-from kvdiag.engine.verify import BuildRecipe, Conclusion, cmake_configure_argv, substitute
+from kvdiag.engine.scratch_build import BuildRecipe, cmake_configure_argv, substitute
+from kvdiag.engine.verify import Conclusion
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = REPO / "tests" / "scenarios" / "git" / "project"

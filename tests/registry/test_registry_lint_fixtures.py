@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from kvdiag.registry.lint import lint_registry_wide
-from kvdiag.registry.loader import load_registry, read_raw
+from kvdiag.registry.loader import load_registry
+from kvdiag.registry.raw import read_raw
 
 # folder -> the exact problems expected: (file, key, fragment of the message)
 BAD = {

@@ -11,10 +11,11 @@ from click.testing import CliRunner
 from report_fixtures import D2_INSTANTIATION, d2_outcome, d3_flaky_outcome, make_target, simple
 from kvdiag import __version__
 from kvdiag.cli import Context
+from kvdiag import resources
 from kvdiag.commands.sweeps import report_cmd
 from kvdiag.engine.verdict import Verdict
 from kvdiag.errors import UsageError
-from kvdiag.registry.loader import PROJECT_ROOT, load_registry
+from kvdiag.registry.loader import load_registry
 from kvdiag.report.upstream import find_run, reproduce_command, upstream_report
 from kvdiag.store.runs import RunStore
 
@@ -24,7 +25,7 @@ def registry_dir(tmp_path: Path) -> Path:
     """A registry of the project's real D2 entry alone."""
     root = tmp_path / "registry"
     root.mkdir()
-    shutil.copy(PROJECT_ROOT / "registry" / "D2.md", root / "D2.md")
+    shutil.copy(resources.registry_dir() / "D2.md", root / "D2.md")
     return root
 
 

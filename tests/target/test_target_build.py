@@ -13,6 +13,7 @@ import pytest
 from target_helpers import run, write_exe
 from kvdiag.errors import UsageError
 from kvdiag.target import build as B
+from kvdiag.target import staleness as staleness_mod
 from kvdiag.target.build import (
     BuildInfo,
     cmake_bool,
@@ -280,7 +281,7 @@ def test_git_not_a_repo(tmp_path, git_env, log_dir):
 def test_git_missing_is_no_state(tmp_path, git_env, log_dir, monkeypatch):
     (tmp_path / "plain").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    state, why = B._git_state(tmp_path / "plain", log_dir=log_dir, exclude=None)
+    state, why = B.git_state_or_why(tmp_path / "plain", log_dir=log_dir, exclude=None)
     assert state is None and why.startswith("git not found")
 
 
@@ -403,7 +404,7 @@ def test_ninja_timeout(tmp_path, log_dir, monkeypatch):
     (root / "build.ninja").write_text("")
     (root / "CMakeCache.txt").write_text("CMAKE_GENERATOR:INTERNAL=Ninja\n")
     fake_tool(tmp_path, monkeypatch, "ninja", "exec sleep 30\n")
-    monkeypatch.setattr(B, "STALENESS_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(staleness_mod, "STALENESS_TIMEOUT_S", 0.5)
     st = inspect_build(root, log_dir=log_dir).staleness
     assert st.checked is False and st.stale is None and "timed out" in st.detail
 

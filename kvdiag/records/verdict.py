@@ -1,0 +1,154 @@
+"""Verdicts and the evidence behind them: the values every formatter reads.
+
+The six verdicts are distinct on purpose (see docs/verdicts.md): `confirmed`
+needs the signature to have matched in this run's output; `not-reproduced`
+needs matching work to have executed *and* the detector's control to have
+passed on this machine; zero matched cases is `not-applicable`; anything else
+that went wrong is `inconclusive`, showing what happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Iterable, Mapping
+
+from kvdiag.exitcodes import ExitCode
+
+__all__ = ["Attempt", "Evidence", "Outcome", "Verdict", "aggregate"]
+
+
+class Verdict(str, Enum):
+    CONFIRMED = "confirmed"
+    NOT_REPRODUCED = "not-reproduced"
+    NOT_APPLICABLE = "not-applicable"
+    SKIPPED = "skipped"
+    INCONCLUSIVE = "inconclusive"
+    ERROR = "error"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {
+            Verdict.CONFIRMED: ExitCode.CONFIRMED,
+            Verdict.NOT_REPRODUCED: ExitCode.OK,
+            Verdict.NOT_APPLICABLE: ExitCode.NOT_APPLICABLE,
+            Verdict.SKIPPED: ExitCode.SKIPPED,
+            Verdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+            Verdict.ERROR: ExitCode.HARNESS,
+        }[self]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a run showed, extracted from its logs. Every field is optional."""
+
+    quoted: tuple[str, ...] = ()            # exact lines from the logs that support the verdict
+    error_count: int | None = None          # the sanitizer's ERROR SUMMARY count
+    sites: tuple[Mapping[str, Any], ...] = ()
+    instantiations: tuple[str, ...] = ()
+    case_metrics: tuple[Mapping[str, Any], ...] = ()
+    aborts: tuple[Mapping[str, Any], ...] = ()
+    running_case: str | None = None         # the test case that was running when the process died
+    cases_matched: int | None = None
+    cases_executed: int | None = None
+    cases_failed: int | None = None
+    cases_not_supported: int | None = None
+    exit: str | None = None
+    matched: tuple[str, ...] = ()           # which signature matchers matched
+    unmatched: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One execution of one repro step (a flaky entry has several)."""
+
+    step: str
+    index: int
+    verdict: Verdict
+    reason: str
+    evidence: Evidence
+    commands: tuple[Mapping[str, Any], ...] = ()
+    duration_s: float = 0.0
+    log_dir: str | None = None
+    device: Mapping[str, Any] | None = None   # the GPU it ran on, when pinned to one
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step, "index": self.index, "verdict": self.verdict.value, "reason": self.reason,
+            "evidence": self.evidence.to_dict(), "commands": _plain(list(self.commands)),
+            "duration_s": round(self.duration_s, 3), "log_dir": self.log_dir,
+            "device": _plain(dict(self.device)) if self.device else None,
+        }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The verdict of one entry against one build, with every attempt behind it."""
+
+    entry_id: str
+    verdict: Verdict
+    reason: str
+    attempts: tuple[Attempt, ...] = ()
+    warnings: tuple[str, ...] = ()
+    step: str | None = None
+    duration_s: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return sum(1 for a in self.attempts if a.verdict is Verdict.CONFIRMED)
+
+    @property
+    def n(self) -> int:
+        return len(self.attempts)
+
+    @property
+    def k_of_n(self) -> str:
+        return f"{self.k}/{self.n}" if self.n else "-"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entry": self.entry_id, "verdict": self.verdict.value, "reason": self.reason,
+            "k": self.k, "n": self.n, "step": self.step, "warnings": list(self.warnings),
+            "duration_s": round(self.duration_s, 3),
+            "attempts": [a.to_dict() for a in self.attempts], "extra": _plain(dict(self.extra)),
+        }
+
+
+def aggregate(attempts: Iterable[Attempt]) -> tuple[Verdict, str]:
+    """k-of-N: one confirmed run confirms a flaky defect; otherwise the runs must agree.
+
+    All runs not-reproduced → not-reproduced; all not-applicable → not-applicable;
+    any mixture without a confirmation → inconclusive, naming the first odd run.
+    """
+    attempts = list(attempts)
+    if not attempts:
+        return Verdict.ERROR, "no attempt was made"
+    confirmed = [a for a in attempts if a.verdict is Verdict.CONFIRMED]
+    if confirmed:
+        return Verdict.CONFIRMED, f"{len(confirmed)}/{len(attempts)} runs matched the signature: {confirmed[0].reason}"
+    kinds = {a.verdict for a in attempts}
+    if len(kinds) == 1:
+        only = attempts[0].verdict
+        suffix = f" (all {len(attempts)} runs)" if len(attempts) > 1 else ""
+        return only, attempts[0].reason + suffix
+    odd = next(a for a in attempts if a.verdict is not Verdict.NOT_REPRODUCED)
+    return Verdict.INCONCLUSIVE, f"runs disagree; run {odd.index} was {odd.verdict.value}: {odd.reason}"
+
+
+def _plain(value: Any) -> Any:
+    """Make dataclass/tuple/Path values JSON-friendly."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Enum):
+        return value.value
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)

@@ -1,0 +1,231 @@
+"""Is a build current with its sources? The D13 check every verdict carries.
+
+Answered by the build tool's own dry run (``ninja -n``, ``make -n`` for CMake
+Makefiles, ``make -q`` for plain ones), never by comparing timestamps ourselves:
+the tool knows its dependency graph. Tool trouble is an unknown answer, never
+an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvdiag.parse.text import first_line
+from kvdiag.proc.runner import CommandNotFound, run_command
+
+STALENESS_TIMEOUT_S = 60.0
+MAX_LISTED = 20                  # pending steps kept in the record; pending_count says how many in all
+_NINJA_EDGE = re.compile(r"^\[(?P<done>\d+)/(?P<total>\d+)\]\s?(?P<desc>.*)$")
+_UNKNOWN_TARGET = re.compile(r"unknown target '(?P<t>[^']+)'|No rule to make target '(?P<m>[^']+)'")
+_MAKE_STEP = re.compile(r'"(?P<msg>(?:Building|Linking|Generating)\b[^"]*)"\s*$')
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """Is the build current with its sources? ``stale`` is None when unknown."""
+
+    checked: bool
+    stale: bool | None
+    tool: str | None  # "ninja -n" | "make -n" | "make -q"
+    pending: tuple[str, ...]  # what would be rebuilt, at most MAX_LISTED lines
+    detail: str
+    pending_count: int = 0  # all build steps that would run
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checked": self.checked,
+            "stale": self.stale,
+            "tool": self.tool,
+            "pending": list(self.pending),
+            "pending_count": self.pending_count,
+            "detail": self.detail,
+        }
+
+
+def not_checked(detail: str, tool: str | None = None) -> Staleness:
+    return Staleness(checked=False, stale=None, tool=tool, pending=(), detail=detail)
+
+
+def _rel_target(build_dir: Path, path: Path) -> str:
+    try:
+        return path.relative_to(build_dir).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _dry_run(
+    tool: str,
+    make_argv,  # (targets) -> argv
+    targets: list[str],
+    *,
+    auto_targets: bool,
+    log_dir: Path,
+    env_overrides: Mapping[str, str],
+):
+    """Run a dry-run, dropping targets the tool does not know when they were guessed.
+
+    Returns (result, targets used, dropped targets) or raises CommandNotFound.
+    """
+    dropped: list[str] = []
+    attempt = 0
+    while True:
+        attempt += 1
+        result = run_command(
+            make_argv(targets),
+            timeout=STALENESS_TIMEOUT_S,
+            log_dir=log_dir,
+            name=f"staleness-{tool.split()[0]}" + (f"-{attempt}" if attempt > 1 else ""),
+            env_overrides=dict(env_overrides),
+        )
+        if result.timed_out or result.returncode in (0, None) or not auto_targets or attempt > 5:
+            return result, targets, dropped
+        unknown = [m.group("t") or m.group("m") for m in _UNKNOWN_TARGET.finditer(result.combined_text())]
+        unknown = [u for u in unknown if u in targets]
+        if not unknown:
+            return result, targets, dropped
+        dropped += unknown
+        targets = [t for t in targets if t not in unknown]
+        # with no known target left, fall back on the default target
+
+
+def _ninja_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path) -> Staleness:
+    tool = "ninja -n"
+    try:
+        result, used, dropped = _dry_run(
+            tool,
+            lambda ts: ["ninja", "-C", str(build_dir), "-n", *ts],
+            targets,
+            auto_targets=auto,
+            log_dir=log_dir,
+            env_overrides={"NINJA_STATUS": "[%f/%t] ", "LC_ALL": "C"},
+        )
+    except CommandNotFound as exc:
+        return not_checked(f"ninja not found, build currency unknown: {exc}", tool)
+    if result.timed_out:
+        return not_checked(f"ninja -n timed out after {STALENESS_TIMEOUT_S:g} s", tool)
+    text = result.combined_text()
+    if result.returncode != 0:
+        errors = [ln.strip() for ln in text.splitlines() if "error" in ln.lower()]
+        why = errors[0] if errors else (first_line(text) or result.describe())
+        return not_checked(f"ninja -n failed: {why}", tool)
+    edges = []
+    for line in result.stdout_text().splitlines():
+        m = _NINJA_EDGE.match(line.strip())
+        if m:
+            edges.append(m.group("desc").strip())
+    scope = _scope(used, dropped)
+    if not edges:
+        return Staleness(checked=True, stale=False, tool=tool, pending=(),
+                         detail=f"ninja: no work to do ({scope})")
+    if any(e.startswith("Re-running CMake") for e in edges):
+        detail = (f"build.ninja would be regenerated (CMake re-run) before anything else; "
+                  f"the steps after that are not listed ({scope})")
+    else:
+        detail = f"{len(edges)} build step(s) would run ({scope})"
+    return Staleness(checked=True, stale=True, tool=tool, pending=tuple(edges[:MAX_LISTED]),
+                     detail=detail, pending_count=len(edges))
+
+
+def _scope(used: Sequence[str], dropped: Sequence[str]) -> str:
+    scope = "targets " + ", ".join(used) if used else "default target"
+    if dropped:
+        scope += "; not build targets: " + ", ".join(dropped)
+    return scope
+
+
+def _cmake_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path) -> Staleness:
+    # `make -q` cannot answer for CMake Makefiles: their top-level targets are .PHONY, so it
+    # always says "out of date". A dry run prints, without running them, the
+    # cmake_echo_color commands announcing each step ("Building CUDA object ...").
+    tool = "make -n"
+    try:
+        result, used, dropped = _dry_run(
+            tool,
+            lambda ts: ["make", "-n", "--no-print-directory", "-C", str(build_dir), *ts],
+            targets,
+            auto_targets=auto,
+            log_dir=log_dir,
+            env_overrides={"LC_ALL": "C"},
+        )
+    except CommandNotFound as exc:
+        return not_checked(f"make not found, build currency unknown: {exc}", tool)
+    if result.timed_out:
+        return not_checked(f"make -n timed out after {STALENESS_TIMEOUT_S:g} s", tool)
+    if result.returncode != 0:
+        text = result.combined_text()
+        errors = [ln.strip() for ln in text.splitlines() if "***" in ln or "error" in ln.lower()]
+        why = errors[0] if errors else (first_line(text) or result.describe())
+        return not_checked(f"make -n failed: {why}", tool)
+    steps = []
+    for line in result.stdout_text().splitlines():
+        if "cmake_echo_color" not in line:
+            continue
+        m = _MAKE_STEP.search(line.strip())
+        if m:
+            steps.append(m.group("msg"))
+    scope = _scope(used, dropped)
+    if not steps:
+        return Staleness(checked=True, stale=False, tool=tool, pending=(),
+                         detail=f"make: nothing to rebuild ({scope}; CMakeLists edits are not seen by a dry run)")
+    return Staleness(checked=True, stale=True, tool=tool, pending=tuple(steps[:MAX_LISTED]),
+                     detail=f"{len(steps)} build step(s) would run ({scope})", pending_count=len(steps))
+
+
+def _plain_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path) -> Staleness:
+    tool = "make -q"
+    try:
+        result, used, dropped = _dry_run(
+            tool,
+            lambda ts: ["make", "-q", "-C", str(build_dir), *ts],
+            targets,
+            auto_targets=auto,
+            log_dir=log_dir,
+            env_overrides={"LC_ALL": "C"},
+        )
+    except CommandNotFound as exc:
+        return not_checked(f"make not found, build currency unknown: {exc}", tool)
+    if result.timed_out:
+        return not_checked(f"make -q timed out after {STALENESS_TIMEOUT_S:g} s", tool)
+    scope = _scope(used, dropped)
+    if result.returncode == 0:
+        return Staleness(checked=True, stale=False, tool=tool, pending=(), detail=f"make -q: up to date ({scope})")
+    if result.returncode == 1:
+        return Staleness(checked=True, stale=True, tool=tool, pending=(),
+                         detail=f"make -q: out of date ({scope})")
+    why = first_line(result.combined_text()) or result.describe()
+    return not_checked(f"make -q failed: {why}", tool)
+
+
+def check_build_staleness(
+    build_dir: Path,
+    *,
+    generator: str | None,
+    log_dir: Path,
+    targets: Sequence[str] = (),
+    binaries: Mapping[str, Path] | None = None,
+) -> Staleness:
+    """Would building ``targets`` (or the binaries found) run anything? Never raises for tool trouble."""
+    binaries = binaries or {}
+    auto = not targets
+    is_cmake = generator is not None
+    gen = generator or ""
+    if gen.startswith("Ninja") or (not is_cmake and (build_dir / "build.ninja").is_file()):
+        wanted = list(targets) or sorted(_rel_target(build_dir, p) for p in binaries.values())
+        if not (build_dir / "build.ninja").is_file():
+            return not_checked(f"no build.ninja in {build_dir}: build currency unknown", "ninja -n")
+        return _ninja_staleness(build_dir, wanted, auto, log_dir)
+    if is_cmake and gen.endswith("Makefiles") and not gen.startswith("NMake"):
+        if not (build_dir / "Makefile").is_file():
+            return not_checked(f"no Makefile in {build_dir}: build currency unknown", "make -n")
+        wanted = list(targets) or sorted(binaries)
+        return _cmake_make_staleness(build_dir, wanted, auto, log_dir)
+    if not is_cmake and any((build_dir / n).is_file() for n in ("Makefile", "makefile", "GNUmakefile")):
+        wanted = list(targets) or sorted(_rel_target(build_dir, p) for p in binaries.values())
+        return _plain_make_staleness(build_dir, wanted, auto, log_dir)
+    if is_cmake:
+        return not_checked(f"generator {generator!r} has no dry run kvdiag knows: build currency unknown")
+    return not_checked("no CMake cache, build.ninja or Makefile: build currency unknown")
