@@ -165,6 +165,52 @@ def registry_lint(ctx: Context) -> int:
     return 0
 
 
+@registry_group.command("verify")
+@click.option("--source", "source", type=click.Path(path_type=Path), required=True,
+              help="The source tree the entries' facts are checked against.")
+@click.option("--build", "build_dir", type=click.Path(path_type=Path), default=None,
+              help="A configured build of it: CTest tests, CMakeCache options, binaries.")
+@click.option("--commit", default=None, help="The tree's commit, for a folder that is not a git checkout "
+                                              "(picks the line sites recorded at that commit).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.argument("ids", nargs=-1)
+@pass_ctx
+def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: str | None, fmt: str,
+                    ids: tuple[str, ...]) -> int:
+    """Check every fact the entries (all, or IDS) name about a tree; print every mismatch as file: key: message.
+
+    Files, tests (CTest names from the build's CTestTestfile.cmake files, or a
+    tests/<name>.* source in any language), CMake options, binaries, functions and
+    line sites. Exits 0 with no mismatch, 65 with any.
+    """
+    from kvdiag.registry.verify import verify_entries
+    from kvdiag.target.tree import Tree
+
+    if not source.is_dir():
+        raise UsageError(f"--source {source} is not a folder")
+    if build_dir is not None and not build_dir.is_dir():
+        raise UsageError(f"--build {build_dir} is not a folder")
+    entries = [ctx.registry.get(i) for i in ids] if ids else list(ctx.registry.entries)
+    reports = verify_entries(entries, Tree.open(source, build_dir, commit=commit))
+    mismatches = [m for r in reports for m in r.mismatches]
+    if fmt == "json":
+        click.echo(json.dumps({"source": str(source), "build": str(build_dir) if build_dir else None,
+                               "mismatches": len(mismatches), "entries": [r.to_dict() for r in reports]}, indent=2))
+    else:
+        for m in mismatches:
+            click.echo(str(m))
+        for r in reports:
+            if r.other_tree:
+                click.echo(f"{r.file}: not this tree's defect ({r.other_tree}): its other facts not checked", err=True)
+            for why in r.unknown:
+                click.echo(f"{r.file}: not checked: {why}", err=True)
+        checked = sum(r.checked for r in reports)
+        click.echo(f"{len(reports)} entries, {checked} facts checked, {len(mismatches)} mismatch(es)",
+                   err=bool(mismatches))
+    _report_problems(ctx.registry)
+    return int(ExitCode.DATA) if mismatches or ctx.registry.problems else 0
+
+
 @registry_group.command("export")
 @click.option("--format", "fmt", type=click.Choice(["osv"]), default="osv", show_default=True)
 @click.argument("ids", nargs=-1)

@@ -127,6 +127,29 @@ def _check_value(value: Any, spec: schema.Key) -> str | None:
     elif kind == "table":
         if not isinstance(value, dict):
             return "must be a table"
+    elif kind == "list[table]":
+        return _check_sites(value)
+    return None
+
+
+SITE_KEYS = {"file": str, "line": int, "holds": str, "commit": str}
+
+
+def _check_sites(value: Any) -> str | None:
+    """`location.sites`: each {file, line, holds} (commit optional), so `registry verify` can check it."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        return "must be an array of tables {file, line, holds, commit}"
+    for i, site in enumerate(value):
+        unknown = sorted(set(site) - set(SITE_KEYS))
+        if unknown:
+            return f"[{i}]: invalid key {', '.join(unknown)} (known: {', '.join(SITE_KEYS)})"
+        for key, typ in SITE_KEYS.items():
+            if key != "commit" and key not in site:
+                return f"[{i}]: required key {key} is missing"
+            if key in site and (not isinstance(site[key], typ) or isinstance(site[key], bool)):
+                return f"[{i}].{key}: must be {'an integer' if typ is int else 'a string'}"
+        if not site["holds"].strip():
+            return f"[{i}].holds: must name the text the line holds"
     return None
 
 

@@ -94,6 +94,9 @@ LOCATION = Section(
         "functions": Key("list[str]"),
         "lines": _s("Line or ranges at the commit the entry was written against."),
         "commit": _s("The commit the lines refer to."),
+        "sites": Key("list[table]", doc="Checked line sites: {file, line, holds, commit}; `kvdiag registry "
+                                        "verify` reports a site whose line no longer holds the text `holds` "
+                                        "and where that text is now."),
     },
 )
 
@@ -117,6 +120,8 @@ APPLIES = Section(
         "cmake_options": Key("list[str]", doc="Options that must exist in CMakeCache.txt (a fork feature)."),
         "cmake_values": Key("table", doc="Options that must have these values, e.g. {GGML_CUDA = \"ON\"}."),
         "source_paths": Key("list[str]", doc="Paths that must exist in the source tree (fork detection)."),
+        "tests": Key("list[str]", doc="Test names the tree must have: registered with CTest in the build "
+                                      "(CTestTestfile.cmake), or a tests/<name>.* source in any language."),
         "ops": Key("list[str]", doc="Ops test-backend-ops must know."),
         "backend_ops_flags": Key("list[str]", doc="Options test-backend-ops must accept, e.g. --seed."),
         "server_flags": Key("list[str]", doc="Text llama-server's --help must contain, e.g. draft-mtp."),
