@@ -73,12 +73,9 @@ def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
             notes.append(f"no CMakeCache.txt: could not check {option}={wanted}")
         elif str(build.options.get(option, "")).upper() != str(wanted).upper():
             return f"the build has {option}={build.options.get(option, 'unset')}, the defect needs {wanted}", notes
-    for rel in applies.get("source_paths", ()):
-        source = build.source_dir if build is not None else None
-        if source is None or not Path(source).is_dir():
-            notes.append(f"source tree unknown: could not check for {rel}")
-        elif not (Path(source) / rel).exists():
-            return f"the source tree has no {rel} (this fork's feature is absent)", notes
+    reason = _tree_facts(entry, build, notes)
+    if reason:
+        return reason, notes
     if applies.get("ops"):
         if facts.backend_ops_ops is None:
             notes.append("test-backend-ops op list unknown: ops not checked")
@@ -100,6 +97,34 @@ def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
         elif flag not in help_text:
             return f"this llama-server does not offer {flag} (not in its --help): the feature is absent", notes
     return None, notes
+
+
+class FactMismatch(Exception):
+    """A fork-detection fact is absent while something close is present: the entry, not the tree, is wrong."""
+
+
+def _tree_facts(entry: Entry, build, notes: list[str]) -> str | None:
+    """`source_paths` and `tests`, asked of the tree exactly as `kvdiag registry verify` asks them:
+    a file in either layout, a test by CTest name or tests/<name>.* source. Absent with something
+    close in its place raises FactMismatch (inconclusive, never not-applicable)."""
+    applies = entry.applies
+    if not applies.get("source_paths") and not applies.get("tests"):
+        return None
+    from kvdiag.target.tree import ABSENT, UNKNOWN, Tree
+
+    tree = Tree.from_build_info(build) if build is not None else Tree(None)
+    asked = [(f"source path {rel}", tree.file(rel)) for rel in applies.get("source_paths", ())]
+    asked += [(f"test {name}", tree.test(name)) for name in applies.get("tests", ())]
+    for what, answer in asked:
+        if answer.state == UNKNOWN:
+            notes.append(f"could not check for {what}: {answer.detail}")
+        elif answer.state == ABSENT and answer.instead:
+            raise FactMismatch(f"the registry names {what}, which this tree lacks, but the tree has "
+                               f"{', '.join(answer.instead)}: the entry's fact is out of date, so its absence "
+                               f"proves nothing (`kvdiag registry verify` lists every such fact)")
+        elif answer.state == ABSENT:
+            return f"{answer.detail} (this fork's feature is absent)"
+    return None
 
 
 def check_requires(entry: Entry, step: Step, facts: Facts) -> tuple[str | None, list[str]]:
@@ -152,7 +177,10 @@ def check_model_keys(keys, model: str | None) -> str | None:
 
 
 def judge_applicability(entry: Entry, step: Step, facts: Facts) -> Judgement:
-    reason, notes = check_applies(entry, facts)
+    try:
+        reason, notes = check_applies(entry, facts)
+    except FactMismatch as exc:
+        return Judgement("inconclusive", str(exc))
     if reason:
         return Judgement("not-applicable", reason, tuple(notes))
     missing, warnings = check_requires(entry, step, facts)

@@ -273,8 +273,7 @@ class Tree:
         nearest = sorted(now, key=lambda n: abs(n - line))[:3]
         where = (f"now at line {', '.join(map(str, sorted(nearest)))}" if now
                  else "not in the file any more")
-        return Answer(ABSENT, f"{rel}:{line} does not hold {holds!r}; {where}",
-                      tuple(f"{rel}:{n}" for n in sorted(nearest)))
+        return Answer(ABSENT, f"{rel}:{line} does not hold {holds!r}; {where}")
 
 
 def _command(argv) -> str:

@@ -29,7 +29,7 @@ DEFAULT_KIND_AND_SIGNATURE = {
     "D7": ("command", ["output"]),
     "D8": ("backend-ops", ["case"]),
     "D9": ("server", ["output"]),
-    "D10": ("command", ["output"]),
+    "D10": ("command", ["output", "output"]),
     "D11": ("backend-ops", ["abort", "output"]),
     "D12": ("command", ["exit"]),
     "D13": ("build-check", ["stale"]),
@@ -143,9 +143,9 @@ def test_every_step_renders_with_a_complete_context(entries, entry_id, tmp_path)
 @pytest.mark.parametrize("entry_id", FORK_ONLY)
 def test_fork_only_entries_are_not_applicable_upstream(entries, entry_id):
     applies = entries[entry_id].applies
-    assert applies.get("cmake_options") or applies.get("source_paths")
+    assert applies.get("cmake_options") or applies.get("source_paths") or applies.get("tests")
     assert "GGML_CUDA_KVARN" in applies.get("cmake_options", ()) or any(
-        "merge-keepers" in p for p in applies.get("source_paths", ()))
+        "merge-keepers" in p for p in (*applies.get("source_paths", ()), *applies.get("tests", ())))
 
 
 def test_d1_runs_hsk320_bare_and_records_the_arch(entries):

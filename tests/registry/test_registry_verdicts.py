@@ -180,7 +180,8 @@ def test_d7_build_errors_are_confirmed_and_a_clean_build_is_not(entries):
 def test_d10_ctest_verdicts(entries):
     failed = Printed(returncode=8, stdout=(
         "    Start 1: test-upstream-merge-keepers-static\n"
-        "1/1 Test #1: test-upstream-merge-keepers-static ...***Failed    0.02 sec\n\n"
+        "1/1 Test #1: test-upstream-merge-keepers-static ...***Failed    0.02 sec\n"
+        "AssertionError: AGENTS.md does not describe the v0.4.0 CUDA policy\n\n"
         "0% tests passed, 1 tests failed out of 1\n\nThe following tests FAILED:\n"
         "\t  1 - test-upstream-merge-keepers-static (Failed)\n"))
     passed = Printed(stdout=(
