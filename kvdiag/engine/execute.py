@@ -50,6 +50,7 @@ class RunOptions:
     progress: Progress | None = None
     cancel: threading.Event | None = None     # set by another thread to stop a scan's workers
     device: Any = None                        # a GpuDevice to pin the processes to (multi-GPU hosts)
+    attribute: bool = True                    # a walk that died unplaced: re-run its cases alone (attribution)
 
 
 def no_sanitizer_gate(tool: str | None) -> Gate:
@@ -116,13 +117,37 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         _finish(run_dir, header, outcome)
         return outcome
     verdict, reason = aggregate(attempts)
+    extra, interrupted = _attribute(entry, step, target, run_dir, attempts, verdict, options, gate_provider)
+    if extra:
+        from kvdiag.engine.attribution import describe_dict
+
+        reason += f"; {describe_dict(extra['case'])}"
     if verdict is Verdict.CONFIRMED and any(
             a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
         warnings.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
     outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings)), step.name,
-                      time.monotonic() - started)
+                      time.monotonic() - started, {**extra, **({"interrupted": True} if interrupted else {})})
     _finish(run_dir, header, outcome)
+    if interrupted:
+        raise RunInterrupted(outcome)
     return outcome
+
+
+def _attribute(entry: Entry, step: Step, target: Target, run_dir: RunDir, attempts: list[Attempt],
+               verdict: Verdict, options: RunOptions, gate_provider: GateProvider) -> tuple[dict, bool]:
+    """When the walk died without naming its case, find the case alone (kvdiag.engine.attribution)."""
+    if not options.attribute or verdict not in (Verdict.CONFIRMED, Verdict.INCONCLUSIVE):
+        return {}, False
+    from kvdiag.engine.attribution import attribute_case, needs_attribution
+
+    subject = next((a for a in attempts if a.verdict is verdict and needs_attribution(step, a)), None)
+    if subject is None:
+        return {}, False
+    try:
+        found = attribute_case(entry, step, target, run_dir, subject, options=options, gate_provider=gate_provider)
+    except _Interrupted:
+        return {"case": {"case": None, "why_not": "interrupted while re-running cases alone", "tried": []}}, True
+    return {"case": found.to_dict()}, False
 
 
 class _Interrupted(Exception):

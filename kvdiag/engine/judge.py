@@ -188,6 +188,7 @@ def extract_evidence(obs: Observations, matches: Sequence[Match]) -> Evidence:
         aborts=tuple({"kind": a.kind, "message": a.message, "detail": a.detail, "file": a.file, "line": a.line}
                      for a in obs.aborts[:5]),
         running_case=_running_case(obs),
+        last_finished_case=backend.last_case.params if backend and backend.last_case else None,
         cases_matched=len(backend.cases) if backend else None,
         cases_executed=backend.executed if backend else None,
         cases_failed=backend.failed if backend else None,

@@ -42,6 +42,7 @@ class CaseSpace:
     params: str
     supported: tuple[str, ...]          # parameter strings
     not_supported: tuple[str, ...]
+    listed: tuple[str, ...] = ()        # every case of the op, in the order test-backend-ops walks them
 
 
 @dataclass
@@ -139,7 +140,8 @@ def enumerate_cases(target: Target, op: str, params: str, run_dir: RunDir, backe
     report = parse_backend_ops(result.stdout_text())
     supported = tuple(c.params for c in report.cases if c.op == op and c.status == "SUPPORTED")
     unsupported = tuple(c.params for c in report.cases if c.op == op and c.status == "NOT_SUPPORTED")
-    return CaseSpace(op=op, params=params, supported=supported, not_supported=unsupported)
+    listed = tuple(c.params for c in report.cases if c.op == op)
+    return CaseSpace(op=op, params=params, supported=supported, not_supported=unsupported, listed=listed)
 
 
 def exact_case_regex(params: str) -> str:

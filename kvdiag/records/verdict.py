@@ -49,6 +49,7 @@ class Evidence:
     case_metrics: tuple[Mapping[str, Any], ...] = ()
     aborts: tuple[Mapping[str, Any], ...] = ()
     running_case: str | None = None         # the test case that was running when the process died
+    last_finished_case: str | None = None   # parameters of the last case whose line was printed
     cases_matched: int | None = None
     cases_executed: int | None = None
     cases_failed: int | None = None

@@ -1,0 +1,171 @@
+"""Which test case killed the walk: re-run the candidates one per process until one reproduces.
+
+test-backend-ops prints a case only after it ran, so a process that dies mid-walk
+(GGML_ABORT, SIGSEGV, the sanitizer's --error-exitcode, destroy-on-device-error)
+can only be placed "after the last case that finished", or nowhere when it died
+in the first ("none printed"). A triage report needs the case itself, with its
+own output. The candidates are the supported cases of the step's selection in
+the order test-backend-ops walks them (`test-backend-ops support`, the listing
+`kvdiag scan` uses; it runs no kernel), starting with the one after the last that
+finished. Each runs alone through the same per-case attempt as a scan
+(`exact_case_regex` + `attempt_step`) until one dies the same way; the search is
+bounded by a number of processes and a time budget, and what it cost is recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from kvdiag.engine.execute import GateProvider, RunOptions, attempt_step, plan_step
+from kvdiag.engine.scan import enumerate_cases, exact_case_regex
+from kvdiag.engine.target import Target
+from kvdiag.engine.verdict import Attempt, Verdict
+from kvdiag.errors import KvdiagError
+from kvdiag.registry.entry import Entry, Step
+from kvdiag.store.runs import RunDir
+
+MAX_CASES = 12          # processes at most, on top of the run
+BUDGET_S = 180.0        # seconds at most, on top of the run
+IMPRECISE = "the case after "
+OUTPUT_LINES = 15       # of the case's own output, quoted in the verdict
+
+
+@dataclass
+class Attribution:
+    """The case that reproduced alone (or why none was found), and what finding it cost."""
+
+    op: str
+    case: str | None = None                 # the case's parameter string
+    attempt: Attempt | None = None          # its own run, judged like any attempt
+    tried: list[dict[str, Any]] = field(default_factory=list)
+    candidates: int = 0
+    wall_s: float = 0.0
+    why_not: str | None = None
+    log: str | None = None                  # the case's own combined log
+    output: tuple[str, ...] = ()            # its last lines, quoted in the verdict
+
+    @property
+    def case_string(self) -> str | None:
+        return f"{self.op}({self.case})" if self.case is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        ev = self.attempt.evidence if self.attempt is not None else None
+        return {
+            "case": self.case_string, "params": self.case, "candidates": self.candidates,
+            "processes": len(self.tried), "wall_s": round(self.wall_s, 3), "tried": self.tried,
+            "why_not": self.why_not,
+            "verdict": self.attempt.verdict.value if self.attempt is not None else None,
+            "quoted": list(ev.quoted) if ev else [],
+            "aborts": [dict(a) for a in ev.aborts] if ev else [],
+            "error_count": ev.error_count if ev else None,
+            "exit": ev.exit if ev else None,
+            "log": self.log, "output": list(self.output),
+        }
+
+
+def needs_attribution(step: Step, attempt: Attempt) -> bool:
+    """The walk died (or was ended) without naming the case it was in."""
+    ev = attempt.evidence
+    if step.kind != "backend-ops" or attempt.verdict not in (Verdict.CONFIRMED, Verdict.INCONCLUSIVE):
+        return False
+    if ev.cases_matched is None or not ev.exit or ev.exit == "exit 0":
+        return False
+    if ev.running_case is not None:
+        return ev.running_case.startswith(IMPRECISE)   # died after some case, in one never printed
+    return ev.cases_matched == 0                          # died before printing any case
+
+
+def _argv_value(argv: Sequence[str], flag: str) -> str | None:
+    for a, b in zip(argv, argv[1:]):
+        if a == flag:
+            return b
+    return None
+
+
+def reproduces(original: Attempt, alone: Attempt) -> bool:
+    """The lone case ended as the walk did: confirmed for a confirmed walk, else the same death."""
+    if original.verdict is Verdict.CONFIRMED:
+        return alone.verdict is Verdict.CONFIRMED
+    return alone.evidence.exit == original.evidence.exit and alone.verdict is not Verdict.NOT_REPRODUCED
+
+
+def attribute_case(entry: Entry, step: Step, target: Target, run_dir: RunDir, original: Attempt, *,
+                   options: RunOptions, gate_provider: GateProvider, max_cases: int | None = None,
+                   budget_s: float | None = None) -> Attribution:
+    started = time.monotonic()
+    max_cases = MAX_CASES if max_cases is None else max_cases
+    budget_s = BUDGET_S if budget_s is None else budget_s
+    argv = plan_step(entry, step, target, run_dir, options).commands[0]
+    op = _argv_value(argv, "-o") or str(step.vars.get("op", ""))
+    params = _argv_value(argv, "-p") or ""
+    backend = _argv_value(argv, "-b") or "CUDA0"
+    result = Attribution(op=op)
+    try:
+        space = enumerate_cases(target, op, params, run_dir, backend=backend)
+    except (KvdiagError, OSError) as exc:
+        result.why_not = f"the case space could not be listed ({exc})"
+        result.wall_s = time.monotonic() - started
+        return result
+    order = list(space.listed or space.supported)
+    last = original.evidence.last_finished_case
+    start = order.index(last) + 1 if last in order else 0
+    supported = set(space.supported)
+    candidates = [c for c in order[start:] if c in supported]
+    result.candidates = len(candidates)
+    for n, case in enumerate(candidates, start=1):
+        spent = time.monotonic() - started
+        if n > max_cases or spent >= budget_s:
+            result.why_not = (f"none of the first {len(result.tried)} of {len(candidates)} candidate case(s) "
+                              f"reproduced alone within the bound ({max_cases} processes, {budget_s:.0f} s)")
+            break
+        lone = RunOptions(overrides={**options.overrides, "params": exact_case_regex(case)},
+                          cancel=options.cancel, device=options.device)
+        bounded = step if step.timeout <= budget_s - spent else _shorter(step, budget_s - spent)
+        attempt = attempt_step(entry, bounded, target, run_dir, n, f"{entry.id} case {n} alone", lone,
+                               gate_provider, name_prefix=f"attribute-case{n:03d}")
+        result.tried.append({"case": f"{op}({case})", "verdict": attempt.verdict.value,
+                             "exit": attempt.evidence.exit, "seconds": round(attempt.duration_s, 3)})
+        if reproduces(original, attempt):
+            result.case, result.attempt = case, attempt
+            log = run_dir.logs / f"attribute-case{n:03d}.combined.log"
+            result.log, result.output = str(log), tail_lines(log)
+            break
+    else:
+        if not candidates:
+            result.why_not = "no supported case after the last one that finished"
+        elif result.case is None:
+            result.why_not = f"none of the {len(candidates)} candidate case(s) reproduced alone"
+    result.wall_s = time.monotonic() - started
+    return result
+
+
+def tail_lines(path, n: int = OUTPUT_LINES, limit: int = 64 * 1024) -> tuple[str, ...]:
+    """The last ``n`` non-empty lines of a log (at most ``limit`` bytes read from its end)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ()
+    from kvdiag.parse.text import strip_ansi
+
+    lines = [line.rstrip() for line in strip_ansi(text).splitlines() if line.strip()]
+    return tuple(lines[-n:])
+
+
+def _shorter(step: Step, seconds: float) -> Step:
+    from dataclasses import replace
+
+    return replace(step, timeout=max(1, int(seconds)))
+
+
+def describe_dict(found: dict[str, Any]) -> str:
+    """One line for the verdict's reason: the case, or why none was found, and what the search cost."""
+    cost = f"{len(found.get('tried') or ())} process(es), {found.get('wall_s') or 0:.1f} s on top of the run"
+    if found.get("case"):
+        return f"case: {found['case']} (reproduced alone; {cost})"
+    return f"case not found: {found.get('why_not')} ({cost})"

@@ -1,0 +1,91 @@
+"""Case attribution: a walk that dies unplaced gets its case re-run alone, and the verdict names it.
+
+Staged by tests/scenarios/builds/backend_ops_walk_dies.py: a walk of hsk=320 cases that dies
+in the case `<build>/dies-at.txt` names, printing every case only after it ran (current ggml).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine_helpers import D2_CASE, REGISTRY
+from kvdiag.engine.verdict import Verdict
+from kvdiag.registry.loader import load_registry
+
+TEMPLATE = ("hsk=320,hsv=256,nh=4,nr23=[{nr}],kv=512,nb={nb},mask=0,sinks=0,max_bias=0.000000,"
+            "logit_softcap=0.000000,prec=f32,type_K={t},type_V={t},permute=[0,1,2,3],kv_view=1,v_is_view_of_k=0")
+FOURTH = TEMPLATE.format(nr="4,1", nb=32, t="f16")     # the 4th listed, 3rd supported case
+FIFTH = TEMPLATE.format(nr="4,1", nb=75, t="f16")
+
+
+def _entry(entry_id: str):
+    return load_registry(REGISTRY).get(entry_id)
+
+
+def _stage(kv, dies: dict[str, str], cases: list[str] | None = None) -> Path:
+    build = kv.build("backend_ops_walk_dies")
+    (build / "dies-at.txt").write_text("".join(f"{p}\t{m}\n" for p, m in dies.items()))
+    if cases is not None:
+        (build / "case-space.txt").write_text("".join(c + "\n" for c in cases))
+    return build
+
+
+def _invocations(build: Path) -> list[str]:
+    return (build / "invocations.log").read_text().splitlines()
+
+
+def test_d1_abort_names_the_exact_case_and_quotes_its_own_output(kv):
+    build = _stage(kv, {FOURTH: "ggml-abort"})
+    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None))
+    assert run.outcome.verdict is Verdict.CONFIRMED
+    assert run.evidence.running_case.startswith("the case after FLASH_ATTN_EXT(hsk=320,hsv=256,nh=4,nr23=[1,1]")
+    found = run.outcome.extra["case"]
+    assert found["case"] == f"FLASH_ATTN_EXT({FOURTH})"
+    assert found["processes"] == 1 and found["verdict"] == "confirmed"
+    assert "/src/llama.cpp/ggml/src/ggml-cuda/fattn.cu:380: fatal error" in found["quoted"]
+    assert any(
+        "fattn.cu:380: fatal error" in line for line in found["output"])
+    assert f"case: FLASH_ATTN_EXT({FOURTH}) (reproduced alone" in run.outcome.reason
+    # the walk, then the one case alone (by its exact regex), and nothing more
+    assert len(_invocations(build)) == 2 and _invocations(build)[1].startswith("^hsk=320")
+    assert "attribute-case001.stdout.log" in run.log_names() and found["log"].endswith("attribute-case001.combined.log")
+
+
+def test_a_segfault_is_inconclusive_and_still_placed(kv):
+    build = _stage(kv, {FIFTH: "segv"})
+    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None))
+    assert run.outcome.verdict is Verdict.INCONCLUSIVE
+    found = run.outcome.extra["case"]
+    assert found["case"] == f"FLASH_ATTN_EXT({FIFTH})" and found["exit"] == run.evidence.exit
+    assert found["tried"][0]["case"] == found["case"]
+
+
+def test_d2_none_printed_under_the_sanitizer_names_the_case(kv):
+    build = _stage(kv, {D2_CASE: "sanitizer"}, cases=[D2_CASE])
+    d2 = _entry("D2")
+    run = kv.run(d2, kv.target(build, sanitizer=kv.sanitizer("follow")))
+    assert run.outcome.verdict is Verdict.CONFIRMED
+    assert run.evidence.cases_matched == 0 and run.evidence.exit == "exit 99"
+    found = run.outcome.extra["case"]
+    assert found["case"] == f"FLASH_ATTN_EXT({D2_CASE})" and found["error_count"] == 2048
+
+
+def test_candidates_run_onward_until_the_bound_and_the_verdict_says_so(kv, monkeypatch):
+    import kvdiag.engine.attribution as attribution
+
+    monkeypatch.setattr(attribution, "MAX_CASES", 2)
+    build = _stage(kv, {FOURTH: "walk-only"})
+    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None))
+    assert run.outcome.verdict is Verdict.CONFIRMED
+    found = run.outcome.extra["case"]
+    assert found["case"] is None and [t["case"] for t in found["tried"]] == [
+        f"FLASH_ATTN_EXT({FOURTH})", f"FLASH_ATTN_EXT({FIFTH})"]
+    assert "none of the first 2 of 4 candidate case(s) reproduced alone" in found["why_not"]
+    assert "case not found" in run.outcome.reason
+
+
+def test_a_walk_that_finishes_is_not_re_run(kv):
+    build = _stage(kv, {})
+    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None))
+    assert run.outcome.verdict is Verdict.NOT_REPRODUCED and "case" not in run.outcome.extra
+    assert len(_invocations(build)) == 1
