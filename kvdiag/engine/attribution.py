@@ -91,6 +91,15 @@ def reproduces(original: Attempt, alone: Attempt) -> bool:
     return alone.evidence.exit == original.evidence.exit and alone.verdict is not Verdict.NOT_REPRODUCED
 
 
+def candidate_cases(listed: Sequence[str], supported: Sequence[str], last_finished: str | None) -> list[str]:
+    """The supported cases after the last one that finished, in walk order (all of them when none
+    finished, or when the last one is not in the listing)."""
+    order = list(listed)
+    start = order.index(last_finished) + 1 if last_finished in order else 0
+    keep = set(supported)
+    return [c for c in order[start:] if c in keep]
+
+
 def attribute_case(entry: Entry, step: Step, target: Target, run_dir: RunDir, original: Attempt, *,
                    options: RunOptions, gate_provider: GateProvider, max_cases: int | None = None,
                    budget_s: float | None = None) -> Attribution:
@@ -108,11 +117,8 @@ def attribute_case(entry: Entry, step: Step, target: Target, run_dir: RunDir, or
         result.why_not = f"the case space could not be listed ({exc})"
         result.wall_s = time.monotonic() - started
         return result
-    order = list(space.listed or space.supported)
-    last = original.evidence.last_finished_case
-    start = order.index(last) + 1 if last in order else 0
-    supported = set(space.supported)
-    candidates = [c for c in order[start:] if c in supported]
+    candidates = candidate_cases(space.listed or space.supported, space.supported,
+                                 original.evidence.last_finished_case)
     result.candidates = len(candidates)
     for n, case in enumerate(candidates, start=1):
         spent = time.monotonic() - started

@@ -89,3 +89,45 @@ def test_a_walk_that_finishes_is_not_re_run(kv):
     run = kv.run(_entry("D1"), kv.target(build, sanitizer=None))
     assert run.outcome.verdict is Verdict.NOT_REPRODUCED and "case" not in run.outcome.extra
     assert len(_invocations(build)) == 1
+
+
+# ------------------------------------------------------------------ recorded H200 output
+
+def _recorded(name: str) -> str:
+    import gzip
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "device" / "h200-ggml-d99724f2" / name
+    return gzip.open(path, "rt").read() if path.suffix == ".gz" else path.read_text()
+
+
+def _judged(entry, tmp_path, stdout: str, **kw):
+    from test_recorded_device_runs import judge_recorded, recorded_result
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return judge_recorded(entry, recorded_result(tmp_path, stdout, **kw))
+
+
+def test_recorded_walks_that_finish_or_die_unplaced(tmp_path):
+    from kvdiag.engine.attribution import candidate_cases, needs_attribution
+    from kvdiag.parse.backend_ops import parse_backend_ops
+
+    d1, d2 = _entry("D1"), _entry("D2")
+    full = _recorded("D1-hsk320.stdout.log.gz")
+    finished = _judged(d1, tmp_path / "a", full)
+    assert not needs_attribution(d1.default_step, finished)
+    # The same walk cut after its 100th case line and ended by an abort, as on BeeLlama.
+    lines = full.splitlines(keepends=True)
+    case_rows = [i for i, line in enumerate(lines) if "FLASH_ATTN_EXT(" in line]
+    died = _judged(d1, tmp_path / "b", "".join(lines[:case_rows[99] + 1]),
+                   stderr="/src/ggml/src/ggml-cuda/fattn.cu:380: fatal error\n", returncode=None, signal=6)
+    assert needs_attribution(d1.default_step, died)
+    cases = parse_backend_ops(full).cases
+    assert died.evidence.last_finished_case == cases[99].params
+    listed = [c.params for c in cases]
+    supported = [c.params for c in cases if c.status == "OK"]
+    after = candidate_cases(listed, supported, died.evidence.last_finished_case)
+    assert after == [p for p in supported if listed.index(p) > 99] and after
+    assert candidate_cases(listed, supported, None) == supported
+    # D2 on the H200: the sanitizer ended the process before any case line (exit 99)
+    none_printed = _judged(d2, tmp_path / "c", _recorded("D2-single-case-tty.stdout.log"), returncode=99)
+    assert none_printed.evidence.cases_matched == 0 and needs_attribution(d2.default_step, none_printed)
