@@ -194,6 +194,18 @@ def test_d10_ctest_verdicts(entries):
     assert judge(entries["D10"], missing) is INCONCLUSIVE
 
 
+def test_d10_recorded_ctest_run_on_beellama_is_confirmed_quoting_the_failed_check(entries):
+    """Our run of D10's step on BeeLlama 775450a68, configured on a CPU machine (ctest exit 8)."""
+    log = Path(__file__).resolve().parents[1] / "fixtures" / "device" / "cpu-fork-775450a68" / "D10-ctest.combined.log"
+    text = log.read_text()
+    d10 = entries["D10"]
+    obs = observe(d10.default_step, [Printed(stdout=text, returncode=8)], [])
+    attempt = judge_attempt(d10, obs, Gate(True, "control passed (test)"), 1, 0.0)
+    assert attempt.verdict is CONFIRMED
+    assert "AssertionError: AGENTS.md does not describe the v0.4.0 CUDA policy" in attempt.evidence.quoted
+    assert any(re.search(r"18 - test-upstream-merge-keepers-static \(Failed\)", q) for q in attempt.evidence.quoted)
+
+
 # --------------------------------------------------------------------------- D6, D8, D11 (backend-ops)
 
 def test_d6_on_upstream_runs_one_case_and_is_not_reproduced(entries, transcripts_dir):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 from kvdiag.target.ctest import read_ctest
@@ -17,7 +18,7 @@ def _build_with(tmp_path: Path, tests_file: str) -> Path:
 
 
 def test_a_python_test_registered_with_ctest_is_found_by_name_through_subdirs(tmp_path):
-    build = _build_with(tmp_path, (RECORDED / "tests.CTestTestfile.cmake").read_text())
+    build = _build_with(tmp_path, gzip.decompress((RECORDED / "tests.CTestTestfile.cmake.gz").read_bytes()).decode())
     listing = read_ctest(build)
     assert listing.readable and len(listing.files) == 2
     test = listing.get("test-upstream-merge-keepers-static")

@@ -69,10 +69,7 @@ M = fakeops.MARKER
 
 
 def cases() -> list[str]:
-    custom = fakeops.BUILD / "case-space.txt"
-    if custom.is_file():
-        return [line.strip() for line in custom.read_text().splitlines() if line.strip()]
-    return DEFAULT_CASES
+    return fakeops.case_space(DEFAULT_CASES)
 
 
 def param(params: str, key: str) -> str:

@@ -64,6 +64,14 @@ def option(name: str, default: str | None = None) -> str | None:
     return args[args.index(name) + 1] if name in args and args.index(name) + 1 < len(args) else default
 
 
+def case_space(default: list[str]) -> list[str]:
+    """The lines of `<build>/case-space.txt` when a test wrote one, else the program's own cases."""
+    custom = BUILD / "case-space.txt"
+    if custom.is_file():
+        return [line.strip() for line in custom.read_text().splitlines() if line.strip()]
+    return default
+
+
 def selected(cases: list[str]) -> list[str]:
     """The cases the ``-p`` regex selects (std::regex_search semantics)."""
     pattern = option("-p")
