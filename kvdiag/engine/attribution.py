@@ -91,6 +91,19 @@ def reproduces(original: Attempt, alone: Attempt) -> bool:
     return alone.evidence.exit == original.evidence.exit and alone.verdict is not Verdict.NOT_REPRODUCED
 
 
+def attribute_outcome(entry: Entry, step: Step, target: Target, run_dir: RunDir, attempts: Sequence[Attempt],
+                      verdict: Verdict, options: RunOptions, gate_provider: GateProvider) -> dict[str, Any]:
+    """`RunOptions.attribute`: after a confirmed or inconclusive verdict whose walk died unplaced,
+    ``{"case": …}`` for run.json's `extra` (empty when there is nothing to place)."""
+    if verdict not in (Verdict.CONFIRMED, Verdict.INCONCLUSIVE):
+        return {}
+    subject = next((a for a in attempts if a.verdict is verdict and needs_attribution(step, a)), None)
+    if subject is None:
+        return {}
+    return {"case": attribute_case(entry, step, target, run_dir, subject, options=options,
+                                   gate_provider=gate_provider).to_dict()}
+
+
 def candidate_cases(listed: Sequence[str], supported: Sequence[str], last_finished: str | None) -> list[str]:
     """The supported cases after the last one that finished, in walk order (all of them when none
     finished, or when the last one is not in the listing)."""
@@ -127,7 +140,7 @@ def attribute_case(entry: Entry, step: Step, target: Target, run_dir: RunDir, or
                               f"reproduced alone within the bound ({max_cases} processes, {budget_s:.0f} s)")
             break
         lone = RunOptions(overrides={**options.overrides, "params": exact_case_regex(case)},
-                          cancel=options.cancel, device=options.device)
+                          cancel=options.cancel, device=options.device, progress=options.progress)
         bounded = step if step.timeout <= budget_s - spent else _shorter(step, budget_s - spent)
         attempt = attempt_step(entry, bounded, target, run_dir, n, f"{entry.id} case {n} alone", lone,
                                gate_provider, name_prefix=f"attribute-case{n:03d}")
@@ -167,11 +180,3 @@ def _shorter(step: Step, seconds: float) -> Step:
     from dataclasses import replace
 
     return replace(step, timeout=max(1, int(seconds)))
-
-
-def describe_dict(found: dict[str, Any]) -> str:
-    """One line for the verdict's reason: the case, or why none was found, and what the search cost."""
-    cost = f"{len(found.get('tried') or ())} process(es), {found.get('wall_s') or 0:.1f} s on top of the run"
-    if found.get("case"):
-        return f"case: {found['case']} (reproduced alone; {cost})"
-    return f"case not found: {found.get('why_not')} ({cost})"

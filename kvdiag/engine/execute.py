@@ -50,7 +50,9 @@ class RunOptions:
     progress: Progress | None = None
     cancel: threading.Event | None = None     # set by another thread to stop a scan's workers
     device: Any = None                        # a GpuDevice to pin the processes to (multi-GPU hosts)
-    attribute: bool = True                    # a walk that died unplaced: re-run its cases alone (attribution)
+    # After the verdict: find the case a walk died in without naming it (kvdiag.engine.attribution
+    # .attribute_outcome, set by the commands; it sits above this module, so it is handed in).
+    attribute: Callable[..., dict] | None = None
 
 
 def no_sanitizer_gate(tool: str | None) -> Gate:
@@ -118,10 +120,8 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         return outcome
     verdict, reason = aggregate(attempts)
     extra, interrupted = _attribute(entry, step, target, run_dir, attempts, verdict, options, gate_provider)
-    if extra:
-        from kvdiag.engine.attribution import describe_dict
-
-        reason += f"; {describe_dict(extra['case'])}"
+    if extra.get("case"):
+        reason += f"; {describe_case(extra['case'])}"
     if verdict is Verdict.CONFIRMED and any(
             a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
         warnings.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
@@ -135,19 +135,21 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
 
 def _attribute(entry: Entry, step: Step, target: Target, run_dir: RunDir, attempts: list[Attempt],
                verdict: Verdict, options: RunOptions, gate_provider: GateProvider) -> tuple[dict, bool]:
-    """When the walk died without naming its case, find the case alone (kvdiag.engine.attribution)."""
-    if not options.attribute or verdict not in (Verdict.CONFIRMED, Verdict.INCONCLUSIVE):
-        return {}, False
-    from kvdiag.engine.attribution import attribute_case, needs_attribution
-
-    subject = next((a for a in attempts if a.verdict is verdict and needs_attribution(step, a)), None)
-    if subject is None:
+    """The options' attribution hook, if any; a Ctrl-C during it keeps the verdict and is recorded."""
+    if options.attribute is None:
         return {}, False
     try:
-        found = attribute_case(entry, step, target, run_dir, subject, options=options, gate_provider=gate_provider)
+        return options.attribute(entry, step, target, run_dir, attempts, verdict, options, gate_provider), False
     except _Interrupted:
         return {"case": {"case": None, "why_not": "interrupted while re-running cases alone", "tried": []}}, True
-    return {"case": found.to_dict()}, False
+
+
+def describe_case(found: Mapping[str, Any]) -> str:
+    """One line for the verdict's reason: the case, or why none was found, and what the search cost."""
+    cost = f"{len(found.get('tried') or ())} process(es), {found.get('wall_s') or 0:.1f} s on top of the run"
+    if found.get("case"):
+        return f"case: {found['case']} (reproduced alone; {cost})"
+    return f"case not found: {found.get('why_not')} ({cost})"
 
 
 class _Interrupted(Exception):

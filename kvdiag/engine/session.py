@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import click
 
+from kvdiag.engine.attribution import attribute_outcome
 from kvdiag.engine.execute import RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.progress import Progress
@@ -35,7 +36,8 @@ def run_verdicts(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
     outcomes: list[Outcome] = []
     for entry in entries:
         run_dir = store.create(entry.id)
-        options = RunOptions(step=step, runs=runs, overrides=overrides, progress=progress)
+        options = RunOptions(step=step, runs=runs, overrides=overrides, progress=progress,
+                             attribute=attribute_outcome)
         try:
             outcome = run_entry(entry, target, run_dir, options=options, gate_provider=gate_provider)
         except RunInterrupted as exc:

@@ -146,7 +146,7 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
         """Run one entry, keep its result; False when it was interrupted (stop the queue)."""
         run_dir = store.create(entry.id)
         opts = RunOptions(step=base.step, runs=base.runs, overrides=base.overrides, slots=base.slots,
-                          progress=progress, cancel=cancel, device=device)
+                          progress=progress, cancel=cancel, device=device, attribute=base.attribute)
         started = time.monotonic()
         go_on = True
         try:
@@ -259,7 +259,10 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
     chosen = select_devices(target.gpu.devices, devices)
     if len(chosen) > 1:
         say(f"GPU entries spread over {len(chosen)} GPUs: " + ", ".join(f"{d.index} {d.name}" for d in chosen))
-    run = execute_entries(entries, target, store, gate_provider, quiet=quiet, announce=announce, devices=chosen)
+    from kvdiag.engine.attribution import attribute_outcome
+
+    run = execute_entries(entries, target, store, gate_provider, quiet=quiet, announce=announce, devices=chosen,
+                          options=RunOptions(attribute=attribute_outcome))
     sweep = build_sweep(run, target_dict, started_at=started_at, wall_s=time.monotonic() - started, shard=shard,
                         selection=selection)
     path = save_sweep(sweep, sweep_dir.path / SWEEP_FILE)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable
 
 from kvdiag.registry.entry import Entry
-from kvdiag.registry.loader import Problem as Mismatch   # file: key: message, as the linter prints
+from kvdiag.registry.raw import Problem as Mismatch   # file: key: message, as the linter prints
 from kvdiag.target.tree import ABSENT, FOUND, UNKNOWN, Answer, Tree
 
 _CTEST_NAME = re.compile(r"^\^?([A-Za-z0-9_.+-]+)\$?$")

@@ -63,7 +63,8 @@ class Tree:
 
     @classmethod
     def open(cls, source: Path | None, build: Path | None = None, *, commit: str | None = None) -> "Tree":
-        from kvdiag.target.build import find_binaries, read_cmake_cache
+        from kvdiag.target.binaries import find_binaries
+        from kvdiag.target.cmake import read_cmake_cache
 
         cache = None
         binaries: dict[str, Path] = {}

@@ -162,7 +162,7 @@ class Scenarios:
     # ---------------------------------------------------------------- runs
 
     def run(self, entry: Entry, target: Target, *, gate: Gate = ALLOWED, runs: int | None = None,
-            step: str | None = None) -> RunResult:
+            step: str | None = None, attribute=None) -> RunResult:
         calls: list[Any] = []
 
         def provider(tool):
@@ -172,7 +172,8 @@ class Scenarios:
             return no_sanitizer_gate(tool) if tool is None else gate
 
         run_dir = RunDir(self._fresh("run"))
-        outcome = run_entry(entry, target, run_dir, options=RunOptions(step=step, runs=runs), gate_provider=provider)
+        options = RunOptions(step=step, runs=runs, attribute=attribute)
+        outcome = run_entry(entry, target, run_dir, options=options, gate_provider=provider)
         return RunResult(outcome, run_dir, calls)
 
 

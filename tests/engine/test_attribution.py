@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine_helpers import D2_CASE, REGISTRY
+from kvdiag.engine.attribution import attribute_outcome
 from kvdiag.engine.verdict import Verdict
 from kvdiag.registry.loader import load_registry
 
@@ -36,7 +37,7 @@ def _invocations(build: Path) -> list[str]:
 
 def test_d1_abort_names_the_exact_case_and_quotes_its_own_output(kv):
     build = _stage(kv, {FOURTH: "ggml-abort"})
-    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None))
+    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None), attribute=attribute_outcome)
     assert run.outcome.verdict is Verdict.CONFIRMED
     assert run.evidence.running_case.startswith("the case after FLASH_ATTN_EXT(hsk=320,hsv=256,nh=4,nr23=[1,1]")
     found = run.outcome.extra["case"]
@@ -53,7 +54,7 @@ def test_d1_abort_names_the_exact_case_and_quotes_its_own_output(kv):
 
 def test_a_segfault_is_inconclusive_and_still_placed(kv):
     build = _stage(kv, {FIFTH: "segv"})
-    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None))
+    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None), attribute=attribute_outcome)
     assert run.outcome.verdict is Verdict.INCONCLUSIVE
     found = run.outcome.extra["case"]
     assert found["case"] == f"FLASH_ATTN_EXT({FIFTH})" and found["exit"] == run.evidence.exit
@@ -63,7 +64,7 @@ def test_a_segfault_is_inconclusive_and_still_placed(kv):
 def test_d2_none_printed_under_the_sanitizer_names_the_case(kv):
     build = _stage(kv, {D2_CASE: "sanitizer"}, cases=[D2_CASE])
     d2 = _entry("D2")
-    run = kv.run(d2, kv.target(build, sanitizer=kv.sanitizer("follow")))
+    run = kv.run(d2, kv.target(build, sanitizer=kv.sanitizer("follow")), attribute=attribute_outcome)
     assert run.outcome.verdict is Verdict.CONFIRMED
     assert run.evidence.cases_matched == 0 and run.evidence.exit == "exit 99"
     found = run.outcome.extra["case"]
@@ -75,7 +76,7 @@ def test_candidates_run_onward_until_the_bound_and_the_verdict_says_so(kv, monke
 
     monkeypatch.setattr(attribution, "MAX_CASES", 2)
     build = _stage(kv, {FOURTH: "walk-only"})
-    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None))
+    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None), attribute=attribute_outcome)
     assert run.outcome.verdict is Verdict.CONFIRMED
     found = run.outcome.extra["case"]
     assert found["case"] is None and [t["case"] for t in found["tried"]] == [
@@ -84,9 +85,17 @@ def test_candidates_run_onward_until_the_bound_and_the_verdict_says_so(kv, monke
     assert "case not found" in run.outcome.reason
 
 
+def test_without_the_hook_the_walk_is_judged_alone(kv):
+    """`kvdiag run` and `sweep` hand the hook in; library callers (bisect, verify) do without."""
+    build = _stage(kv, {FOURTH: "ggml-abort"})
+    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None))
+    assert run.outcome.verdict is Verdict.CONFIRMED and "case" not in run.outcome.extra
+    assert len(_invocations(build)) == 1
+
+
 def test_a_walk_that_finishes_is_not_re_run(kv):
     build = _stage(kv, {})
-    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None))
+    run = kv.run(_entry("D1"), kv.target(build, sanitizer=None), attribute=attribute_outcome)
     assert run.outcome.verdict is Verdict.NOT_REPRODUCED and "case" not in run.outcome.extra
     assert len(_invocations(build)) == 1
 
