@@ -41,7 +41,8 @@ from kvdiag.controls.cache import (
 )
 from kvdiag.controls.canaries import ALL_TOOLS, Canary, pair_for
 from kvdiag.controls.judging import judge_negative, judge_positive, plural
-from kvdiag.controls.launch import CompileError, Compiler, arch_for, available_launchers, parse_launcher_line
+from kvdiag.controls.launch import (CompileError, Compiler, arch_for, available_launchers, find_nvcc, native_argv,
+                                   parse_launcher_line)
 from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.proc.runner import CommandError, run_command
@@ -207,11 +208,25 @@ class _CanaryRun:
     duration_s: float
 
 
-def _run_canary(c: Canary, *, cubin: Path, sanitizer: Path, log_dir: Path,
+def python_launchers_importable() -> bool:
+    """pycuda or cupy can launch a cubin; without both, the canaries run as nvcc-built programs."""
+    return any(why is None for why in available_launchers().values())
+
+
+def _program(c: Canary, built: Path, native: bool) -> list[str]:
+    if native:
+        return native_argv(c, built)
+    return [sys.executable, "-m", "kvdiag.controls.launch", c.name, "--cubin", os.fspath(built)]
+
+
+def _run_canary(c: Canary, *, built: Path, native: bool, sanitizer: Path, log_dir: Path,
                 timeout: float) -> _CanaryRun:
-    """One canary under its tool; what the tool wrote, and what the launcher said."""
+    """One canary under its tool; what the tool wrote, and what the launcher said.
+
+    ``built`` is its cubin (launched by pycuda/cupy) or, when ``native``, its host executable.
+    """
     log_file = log_dir / f"{c.name}.{c.tool}.log"
-    program = [sys.executable, "-m", "kvdiag.controls.launch", c.name, "--cubin", os.fspath(cubin)]
+    program = _program(c, built, native)
     argv = SanitizerInvocation(c.tool, options=c.sanitizer_options).argv(sanitizer, log_file, program)
     started = time.monotonic()
     try:
@@ -235,9 +250,9 @@ def _prerequisite_gap(env, sanitizer: Path | None) -> tuple[str, str] | None:
                                               ("compute-sanitizer not found", sanitizer is None)) if missing]
     if missing_parts:
         return "skip", "not run: " + ", ".join(missing_parts)
-    missing = available_launchers()
-    if all(why is not None for why in missing.values()):
-        return "fail", "not run: neither pycuda nor cupy is importable, so no canary can be launched"
+    if not python_launchers_importable() and _nvcc_path(env) is None and find_nvcc() is None:
+        return "fail", ("not run: neither pycuda nor cupy is importable and nvcc is not found, "
+                        "so no canary can be launched")
     return None
 
 
@@ -256,15 +271,17 @@ def _run_pair(*, tool: str, compiler: Compiler, sanitizer: Path, log_dir: Path,
     pair = pair_for(tool)
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    native = not python_launchers_importable()
+    build = compiler.executable if native else compiler.compile
     try:
-        cubins = {c.name: compiler.compile(c) for c in (pair.positive, pair.negative)}
+        built = {c.name: build(c) for c in (pair.positive, pair.negative)}
     except CompileError as exc:
         why = f"canary not compiled: {exc}"
         return ControlResult(tool, pair.positive.name, False, why, False, why, None, False,
                              time.monotonic() - started, str(log_dir))
-    pos = _run_canary(pair.positive, cubin=cubins[pair.positive.name], sanitizer=sanitizer,
+    pos = _run_canary(pair.positive, built=built[pair.positive.name], native=native, sanitizer=sanitizer,
                       log_dir=log_dir, timeout=timeout)
-    neg = _run_canary(pair.negative, cubin=cubins[pair.negative.name], sanitizer=sanitizer,
+    neg = _run_canary(pair.negative, built=built[pair.negative.name], native=native, sanitizer=sanitizer,
                       log_dir=log_dir, timeout=timeout)
     detected, pos_detail = judge_positive(pair.positive, pos.log_text, run_note=pos.note)
     clean, neg_detail = judge_negative(pair.negative, neg.log_text, neg.launcher, run_note=neg.note)
@@ -383,9 +400,12 @@ def _tool_checks(env, sanitizer: Path | None) -> list[Check]:
         elif any_launcher:
             other = next(n for n, w in launchers.items() if w is None)
             checks.append(Check(name, "warn", f"not importable ({why}); {other} launches the canaries"))
+        elif has_gpu and nvcc_path:
+            checks.append(Check(name, "warn", f"not importable ({why}); neither launcher is: the canaries "
+                                              "run as nvcc-built programs (pip install -e '.[gpu]' adds them)"))
         elif has_gpu:
-            checks.append(Check(name, "fail", f"not importable ({why}); neither launcher is: "
-                                              "no canary can be launched"))
+            checks.append(Check(name, "fail", f"not importable ({why}); neither launcher is and nvcc is not "
+                                              "found: no canary can be launched"))
         else:
             checks.append(Check(name, "skip", f"not importable ({why}); not needed without a GPU"))
     return checks

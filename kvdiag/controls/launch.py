@@ -11,7 +11,9 @@ JSON object saying which launcher ran::
     {"launcher": "pycuda", "kernel": "oob_write", "ok": true, ...}
 
 The launch goes through **pycuda** (driver API) and falls back to **cupy** when
-pycuda is not importable (``--launcher`` forces one). A positive canary under
+pycuda is not importable (``--launcher`` forces one). With neither, the doctor
+builds each canary into a small host program instead (:meth:`Compiler.executable`,
+``repro/canaries/host/canary_main.cu``), which prints the same JSON line. A positive canary under
 its tool often ends in a CUDA error (memcheck destroys the context after an
 invalid write); that is reported as ``"ok": false`` with the error and exit 1,
 and the doctor judges the sanitizer's log, not this exit status.
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from kvdiag.controls.canaries import CANARIES, Canary, MarkerError
+from kvdiag.controls.canaries import CANARIES, CANARY_DIR, Canary, MarkerError
 from kvdiag.errors import KvdiagError
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "LAUNCHERS",
+    "NATIVE_LAUNCHER",
     "CompileError",
     "Compiler",
     "LaunchOutcome",
@@ -55,12 +58,16 @@ __all__ = [
     "cubin_cache_dir",
     "find_nvcc",
     "main",
+    "native_argv",
     "nvcc_version",
     "parse_launcher_line",
 ]
 
 DEFAULT_ARCH = "sm_90"
 LAUNCHERS = ("pycuda", "cupy")
+#: what the launcher line names when the canary ran as an nvcc-built program
+NATIVE_LAUNCHER = "nvcc-exe"
+HOST_MAIN = CANARY_DIR / "host" / "canary_main.cu"
 NVCC_FLAGS = ("-cubin", "-lineinfo")
 COMPILE_TIMEOUT_S = 120.0
 NVCC_VERSION_TIMEOUT_S = 30.0
@@ -169,29 +176,54 @@ class Compiler:
 
     def compile(self, c: Canary) -> Path:
         """The cubin of ``c``: from the cache, or ``nvcc -cubin -arch=ARCH -lineinfo``."""
-        from kvdiag.proc.runner import CommandNotFound, run_command
-
         if not c.source.is_file():
             raise CompileError(f"canary source {c.source} is missing")
-        target = self.cubin_path(c)
+        return self._build(self.cubin_path(c), [*NVCC_FLAGS, f"-arch={self.arch}"], c.source,
+                           f"nvcc-{c.name}-{self.arch}", c.filename)
+
+    def executable_path(self, c: Canary) -> Path:
+        """Where ``c``'s host executable (see :meth:`executable`) for this arch and toolkit lives."""
+        directory = cubin_cache_dir(self.home, self.arch, self.version())
+        h = hashlib.sha256(_source_hash(c.source, self.arch).encode())
+        h.update(HOST_MAIN.read_bytes() if HOST_MAIN.is_file() else b"")
+        return directory / f"{c.name}-{h.hexdigest()[:16]}.exe"
+
+    def executable(self, c: Canary) -> Path:
+        """``c`` built with ``repro/canaries/host/canary_main.cu`` into a program that launches it
+        (no pycuda or cupy needed); cached like the cubins."""
+        for source in (c.source, HOST_MAIN):
+            if not source.is_file():
+                raise CompileError(f"canary source {source} is missing")
+        flags = ["-lineinfo", f"-arch={self.arch}", "-I", os.fspath(c.source.parent),
+                 f"-DKVDIAG_KERNEL={c.name}", f'-DKVDIAG_CANARY_SOURCE="{c.filename}"']
+        return self._build(self.executable_path(c), flags, HOST_MAIN, f"nvcc-exe-{c.name}-{self.arch}", c.filename)
+
+    def _build(self, target: Path, flags: list[str], source: Path, log_name: str, shown: str) -> Path:
+        """``nvcc FLAGS -o target source`` unless ``target`` is already cached; written atomically."""
+        from kvdiag.proc.runner import CommandNotFound, run_command
+
         if target.is_file() and target.stat().st_size > 0:
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        argv = [os.fspath(self._nvcc()), *NVCC_FLAGS, f"-arch={self.arch}", "-o", os.fspath(partial),
-                os.fspath(c.source)]
+        argv = [os.fspath(self._nvcc()), *flags, "-o", os.fspath(partial), os.fspath(source)]
         try:
-            result = run_command(argv, timeout=COMPILE_TIMEOUT_S, log_dir=self._logs(),
-                                 name=f"nvcc-{c.name}-{self.arch}")
+            result = run_command(argv, timeout=COMPILE_TIMEOUT_S, log_dir=self._logs(), name=log_name)
         except CommandNotFound as exc:
             raise CompileError(f"nvcc cannot be run: {exc}") from None
         if not result.ok or not partial.is_file():
             partial.unlink(missing_ok=True)
             tail = "\n".join(result.combined_text().strip().splitlines()[-8:])
-            raise CompileError(f"nvcc failed on {c.filename} for {self.arch} ({result.describe()}); "
+            raise CompileError(f"nvcc failed on {shown} for {self.arch} ({result.describe()}); "
                                f"log: {result.combined_path}\n{tail}".rstrip())
         os.replace(partial, target)
         return target
+
+
+def native_argv(c: Canary, executable: Path) -> list[str]:
+    """The argv that launches ``c`` through its host executable (geometry from the catalogue)."""
+    return [os.fspath(executable), str(c.n), *(str(v) for v in c.block), *(str(v) for v in c.grid),
+            "1" if c.init_input else "0"]
 
 
 def compile_canary(c: Canary, *, home: Path, arch: str = DEFAULT_ARCH, nvcc: Path | None = None,

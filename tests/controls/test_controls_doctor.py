@@ -86,15 +86,39 @@ def test_gpu_without_sanitizer_skips_the_controls(tmp_path, monkeypatch):
     assert doctor_exit_code(report) == 3
 
 
-def test_gpu_and_sanitizer_but_no_launcher_cannot_be_trusted(tmp_path, monkeypatch):
+def test_gpu_and_sanitizer_without_launcher_or_nvcc_cannot_be_trusted(tmp_path, monkeypatch):
     monkeypatch.setattr(doctor_mod, "available_launchers",
                         lambda: {"pycuda": "ModuleNotFoundError: x", "cupy": "ModuleNotFoundError: y"})
+    monkeypatch.setattr(doctor_mod, "find_nvcc", lambda: None)
     report = run_doctor(home=tmp_path, sanitizer=FAKE_SANITIZER, build_dir=None, refresh=False,
-                        log_dir=tmp_path / "l", environment=make_env(nvcc_path=str(FAKE_NVCC)))
+                        log_dir=tmp_path / "l", environment=make_env(nvcc_path=None))
     statuses = {c.name: c.status for c in report.checks}
     assert statuses["pycuda"] == statuses["cupy"] == "fail"
     assert statuses["control memcheck"] == "fail"
+    assert "nvcc is not found" in {c.name: c.detail for c in report.checks}["control memcheck"]
     assert doctor_exit_code(report) == 4
+
+
+def test_without_pycuda_and_cupy_the_canaries_run_as_nvcc_built_programs(tmp_path, monkeypatch):
+    """The README's plain install on a GPU machine: no Python GPU bindings, nvcc present."""
+    logs = tmp_path / "fake-logs"
+    monkeypatch.setenv("FAKE_SANITIZER_LOGS", str(logs))
+    monkeypatch.setattr(doctor_mod, "available_launchers",
+                        lambda: {"pycuda": "ModuleNotFoundError: x", "cupy": "ModuleNotFoundError: y"})
+    install_fake_sanitizer_logs(logs, ALL_PASS)
+    report = run_doctor(home=tmp_path / "home", sanitizer=FAKE_SANITIZER, build_dir=None, refresh=False,
+                        log_dir=tmp_path / "l", environment=make_env(nvcc_path=str(FAKE_NVCC)))
+    checks = {c.name: c for c in report.checks}
+    assert checks["pycuda"].status == checks["cupy"].status == "warn"
+    assert "run as nvcc-built programs" in checks["cupy"].detail
+    assert doctor_exit_code(report) == 0, [c.summary() for c in report.controls]
+    assert {c.launcher for c in report.controls} == {"nvcc-exe"}
+    argv = json.loads((logs / "barrier_divergent.argv").read_text())
+    program = next(argv[i:] for i, a in enumerate(argv) if a.endswith(".exe"))
+    assert "barrier_divergent-" in program[0] and "sm_90-nvcc13.0.88" in program[0]
+    assert program[1:] == ["128", "32", "4", "1", "1", "1", "1", "1"]      # n, block, grid, init_input
+    uninit = json.loads((logs / "uninit_read.argv").read_text())
+    assert uninit[-1] == "0"                                                  # its input is never written
 
 
 def test_one_launcher_is_enough_the_other_is_a_warning(tmp_path, monkeypatch):

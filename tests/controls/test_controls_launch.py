@@ -121,3 +121,20 @@ def test_every_canary_launches_without_a_sanitizer(tmp_path, which):
         doc = parse_launcher_line(done.stdout)
         assert done.returncode == 0 and doc is not None, (name, done.stdout, done.stderr)
         assert doc["launcher"] == which and doc["kernel"] == name and doc["ok"] is True
+
+
+def test_a_canary_builds_into_a_host_program_with_the_real_nvcc(tmp_path):
+    """The route without pycuda/cupy: nvcc links the canary and canary_main.cu into one program."""
+    from kvdiag.controls.canaries import CANARIES
+    from kvdiag.controls.launch import Compiler, find_nvcc, native_argv
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not installed")
+    compiler = Compiler(home=tmp_path, arch="sm_90", nvcc=nvcc, log_dir=tmp_path / "logs")
+    c = CANARIES["barrier_divergent"]
+    exe = compiler.executable(c)
+    assert exe.is_file() and os.access(exe, os.X_OK) and exe.suffix == ".exe"
+    assert compiler.executable(c) == exe                     # cached: nvcc does not run again
+    assert native_argv(c, exe)[1:] == ["128", "32", "4", "1", "1", "1", "1", "1"]
+    assert b"barrier_divergent.cu" in exe.read_bytes()       # -lineinfo names the canary's own file
