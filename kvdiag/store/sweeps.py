@@ -2,8 +2,10 @@
 
 A sweep holds plain data only — the target as `Target.to_dict()` gives it and
 each entry's outcome as `Outcome.to_dict()` gives it, plus the entry's `title`
-and `run_dir` (and `files`, the entry's source files, so SARIF can name a
-repository path for a site the sanitizer printed as a basename). Formatters,
+and `run_dir` (and `files`, the entry's source files as the registry names
+them, and `sources`, the same files as paths of the swept tree, so SARIF can
+name a repository path for a site the sanitizer printed as a basename).
+kvdiag 0.1.x wrote format /1, without `sources`; it is read as it is. Formatters,
 `compare`, `merge` and the history read this, never live engine objects, so a
 sweep saved on the GPU machine renders the same anywhere later.
 
@@ -26,7 +28,10 @@ from kvdiag.errors import UsageError
 from kvdiag.records.verdict import Verdict
 from kvdiag.store.runs import write_json_atomic
 
-SWEEP_FORMAT = "kvdiag-sweep/1"
+#: the version written; /2 adds each outcome's ``sources`` (its files as paths of the swept tree)
+SWEEP_FORMAT = "kvdiag-sweep/2"
+#: every version this kvdiag reads; /1 is what kvdiag 0.1.x wrote
+READABLE_SWEEP_FORMATS = ("kvdiag-sweep/1", SWEEP_FORMAT)
 
 _NATURAL = re.compile(r"(\d+)")
 
@@ -114,8 +119,9 @@ class Sweep:
         if not isinstance(data, Mapping):
             raise UsageError(f"{source}: not a kvdiag sweep (the JSON is not an object)")
         fmt = data.get("format")
-        if fmt != SWEEP_FORMAT:
-            raise UsageError(f"{source}: not a kvdiag sweep (format {fmt!r}, expected {SWEEP_FORMAT!r})")
+        if fmt not in READABLE_SWEEP_FORMATS:
+            raise UsageError(f"{source}: not a kvdiag sweep (format {fmt!r}, expected one of "
+                             f"{', '.join(READABLE_SWEEP_FORMATS)})")
         outcomes = data.get("outcomes")
         if not isinstance(outcomes, list) or not all(isinstance(o, Mapping) and "entry" in o and "verdict" in o
                                                      for o in outcomes):
@@ -135,8 +141,22 @@ def sweep_outcome(outcome_dict: Mapping[str, Any], *, title: str, run_dir: str |
             "device": dict(device) if device else None}
 
 
+def with_sources(sweep: Sweep) -> Sweep:
+    """The sweep with each outcome's ``sources``: its files resolved against the source tree the
+    build records, while that tree is on this machine (SARIF names those paths)."""
+    from kvdiag.report.source_paths import record_sources
+
+    source_dir = (sweep.target.get("build") or {}).get("source_dir")
+    outcomes = []
+    for o in sweep.outcomes:
+        sources = None if o.get("sources") else record_sources(o.get("files") or (), source_dir)
+        outcomes.append({**o, "sources": sources} if sources is not None else o)
+    return replace(sweep, outcomes=outcomes)
+
+
 def save_sweep(sweep: Sweep, path: Path) -> Path:
-    write_json_atomic(Path(path), sweep.to_dict())
+    """Save ``sweep`` (with its ``sources`` resolved, see `with_sources`) atomically."""
+    write_json_atomic(Path(path), with_sources(sweep).to_dict())
     return Path(path)
 
 

@@ -339,6 +339,21 @@ def test_real_doctor_trusts_all_four_tools(real_gpu, tmp_path, monkeypatch, laun
         assert not_reproduced_gate(tmp_path / "home", report.env_key, tool).allowed
 
 
+@pytest.mark.gpu
+def test_real_doctor_trusts_all_four_tools_through_nvcc_built_programs(real_gpu, tmp_path, monkeypatch):
+    """The README's plain install: pycuda and cupy hidden, every canary an nvcc-built program."""
+    monkeypatch.setattr(doctor_mod, "available_launchers",
+                        lambda: {"pycuda": "ModuleNotFoundError: hidden", "cupy": "ModuleNotFoundError: hidden"})
+    report = run_doctor(home=tmp_path / "home", sanitizer=None, build_dir=None, refresh=True,
+                        log_dir=tmp_path / "logs")
+    print(format_report(report))
+    assert doctor_exit_code(report) == 0, format_report(report)
+    assert {c.launcher for c in report.controls} == {"nvcc-exe"}
+    for c in report.controls:
+        assert c.positive_detail.startswith(f"{PAIRS[c.tool].positive.expected_kind} at "
+                                            f"{PAIRS[c.tool].positive.expected_site()}")
+
+
 def test_ensure_control_from_many_threads_runs_the_control_once(fake_machine, tmp_path, monkeypatch):
     """A scan's workers all ask for synccheck's control at once: one runs it, the rest wait for its
     record (on the device, concurrent runs compiled the same canary and 11 of 132 cases ended

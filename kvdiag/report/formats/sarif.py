@@ -2,42 +2,72 @@
 
 One run; `tool.driver` is kvdiag with one rule per entry of the sweep (id, and
 the title as shortDescription). Results: each distinct sanitizer site of a
-confirmed entry, at its file:line (`physicalLocation.artifactLocation.uri` +
-`region.startLine`), level error, the message quoting the finding; a
-confirmed entry with no site (an abort, a failing case) still gets one result,
-without a location. Other verdicts produce no result — they are not findings —
-but the run's properties carry every verdict, and `executionSuccessful` is
-false when kvdiag itself failed on some entry.
+confirmed entry, at its file:line, level error, the message quoting the
+finding; a confirmed entry with no site (an abort, a failing case) still gets
+one result, located at the entry's own source file. Other verdicts produce no
+result (they are not findings), but the run's properties carry every verdict,
+and `executionSuccessful` is false when kvdiag itself failed on some entry.
 
-compute-sanitizer prints sites as a basename (``fattn-mma-f16.cuh:1538``);
-when the entry names a source file with that basename, its repository path
-(``src/ggml-cuda/fattn-mma-f16.cuh``) is the uri, relative to ``SRCROOT``.
+What GitHub code scanning and VS Code's SARIF viewer need to place a result:
+
+* every artifact URI is relative to ``SRCROOT``, the root of the swept source
+  tree (declared in `originalUriBaseIds`); the path is the one that exists in
+  that tree (``src/ggml-cuda/…`` in ggml, ``ggml/src/ggml-cuda/…`` in llama.cpp,
+  see `kvdiag.report.source_paths`); no absolute local path is ever written;
+* compute-sanitizer prints a site as a basename (``fattn-mma-f16.cuh:1538``):
+  the entry's file of that basename gives its path;
+* `partialFingerprints` (``kvdiag/v1``) hash the entry, the site and the kernel
+  instantiation, never line numbers of logs or run ids, so the same finding
+  in the next run is the same alert.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from urllib.parse import quote
 from typing import Any, Mapping
 
 from kvdiag.report.formats import SweepFormatter, clip, entry_view, strip_ansi
+from kvdiag.report.source_paths import source_paths
 from kvdiag.store.sweeps import Sweep, target_summary
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SARIF_VERSION = "2.1.0"
+SRCROOT = "SRCROOT"
+FINGERPRINT_KEY = "kvdiag/v1"
 
 
-def _artifact(file: str, known: list[str]) -> dict[str, str]:
-    """The artifactLocation of a site: the entry's repository path for its basename, relative to SRCROOT."""
+def _artifact(file: str, known: list[str]) -> dict[str, str] | None:
+    """The artifactLocation of a site relative to SRCROOT: the entry's path for its basename, else
+    the printed path when it is relative; None for an absolute path kvdiag cannot place."""
     file = file.replace("\\", "/")
     name = posixpath.basename(file)
     for path in known:
         if posixpath.basename(path) == name:
-            return {"uri": quote(path), "uriBaseId": "SRCROOT"}
-    if file.startswith("/"):
-        return {"uri": "file://" + quote(file)}
-    return {"uri": quote(file), "uriBaseId": "SRCROOT"}
+            return {"uri": quote(path), "uriBaseId": SRCROOT}
+    if file.startswith("/") or ":" in file.split("/")[0]:
+        return None
+    return {"uri": quote(posixpath.normpath(file)), "uriBaseId": SRCROOT}
+
+
+def _entry_location(known: list[str]) -> list[dict[str, Any]]:
+    if not known:
+        return []
+    return [{"physicalLocation": {"artifactLocation": {"uri": quote(known[0]), "uriBaseId": SRCROOT}}}]
+
+
+def _instantiation(site: Mapping[str, Any]) -> str:
+    """``kernel<args>``: the template instantiation the site was reported in."""
+    args = site.get("template_args") or ()
+    kernel = str(site.get("kernel") or "")
+    return f"{kernel}<{', '.join(str(a) for a in args)}>" if args else kernel
+
+
+def fingerprint(entry: str, site: str, instantiation: str) -> str:
+    """Stable across runs: the same entry, site and instantiation hash the same."""
+    return hashlib.sha256("\0".join((entry, site, instantiation)).encode("utf-8")).hexdigest()
 
 
 def _utc(stamp: str) -> str | None:
@@ -47,8 +77,7 @@ def _utc(stamp: str) -> str | None:
     return stamp[:-6] + "Z" if stamp.endswith("+00:00") else stamp
 
 
-def _site_results(outcome: Mapping[str, Any], rule_index: int) -> list[dict[str, Any]]:
-    known = [str(f) for f in outcome.get("files") or ()]
+def _site_results(outcome: Mapping[str, Any], rule_index: int, known: list[str]) -> list[dict[str, Any]]:
     seen: dict[tuple, dict[str, Any]] = {}
     for attempt in outcome.get("attempts") or ():
         if attempt.get("verdict") != "confirmed":
@@ -71,24 +100,43 @@ def _site_results(outcome: Mapping[str, Any], rule_index: int) -> list[dict[str,
                                "printedFindings": site.get("count"), "blocks": site.get("blocks"),
                                "kernel": site.get("kernel"), "k": outcome.get("k"), "n": outcome.get("n")},
             }
-            if site.get("file"):
-                physical: dict[str, Any] = {"artifactLocation": _artifact(str(site["file"]), known)}
+            artifact = _artifact(str(site["file"]), known) if site.get("file") else None
+            if artifact is not None:
+                physical: dict[str, Any] = {"artifactLocation": artifact}
                 if isinstance(site.get("line"), int) and site["line"] >= 1:
                     physical["region"] = {"startLine": site["line"]}
-                result["locations"] = [{"physicalLocation": physical}]
-            elif site.get("kernel"):
-                result["locations"] = [{"logicalLocations": [{"name": str(site["kernel"]), "kind": "function"}]}]
+                locations = [{"physicalLocation": physical}]
+            else:
+                locations = _entry_location(known)
+            if site.get("kernel"):
+                logical = [{"name": strip_ansi(str(site["kernel"])), "kind": "function"}]
+                if locations:
+                    locations[0]["logicalLocations"] = logical
+                else:
+                    locations = [{"logicalLocations": logical}]
+            result["locations"] = locations
+            where = (f"{artifact['uri']}:{site.get('line') or ''}" if artifact
+                     else posixpath.basename(str(site.get("site") or site.get("file") or "")))
+            result["partialFingerprints"] = {FINGERPRINT_KEY: fingerprint(
+                str(outcome["entry"]), f"{where}|{kind}", _instantiation(site))}
             seen[key] = result
     return list(seen.values())
 
 
-def _entry_result(outcome: Mapping[str, Any], rule_index: int) -> dict[str, Any]:
+def _entry_result(outcome: Mapping[str, Any], rule_index: int, known: list[str]) -> dict[str, Any]:
     view = entry_view(outcome)
     text = f"{view.id} confirmed ({view.k_of_n} runs): {view.reason}"
     if view.quoted:
         text += f": \"{clip(view.quoted[0], 200)}\""
-    return {"ruleId": view.id, "ruleIndex": rule_index, "level": "error", "message": {"text": text},
-            "properties": {"verdict": "confirmed", "k": outcome.get("k"), "n": outcome.get("n")}}
+    instantiation = view.instantiations[0] if view.instantiations else ""
+    result: dict[str, Any] = {
+        "ruleId": view.id, "ruleIndex": rule_index, "level": "error", "message": {"text": text},
+        "partialFingerprints": {FINGERPRINT_KEY: fingerprint(view.id, known[0] if known else "", instantiation)},
+        "properties": {"verdict": "confirmed", "k": outcome.get("k"), "n": outcome.get("n")}}
+    locations = _entry_location(known)
+    if locations:
+        result["locations"] = locations
+    return result
 
 
 class SarifFormat(SweepFormatter):
@@ -103,14 +151,18 @@ class SarifFormat(SweepFormatter):
                           "defaultConfiguration": {"level": "error"}})
             if outcome["verdict"] != "confirmed":
                 continue
-            found = _site_results(outcome, index)
-            results += found or [_entry_result(outcome, index)]
+            known = source_paths(outcome, sweep.target)
+            found = _site_results(outcome, index, known)
+            results += found or [_entry_result(outcome, index, known)]
         invocation: dict[str, Any] = {
             "executionSuccessful": not sweep.interrupted and not any(o["verdict"] == "error" for o in sweep.outcomes)}
         if _utc(sweep.started_at):
             invocation["startTimeUtc"] = _utc(sweep.started_at)
         run = {
             "tool": {"driver": {"name": "kvdiag", "version": sweep.kvdiag_version, "rules": rules}},
+            "originalUriBaseIds": {SRCROOT: {"description": {
+                "text": "The root of the swept source tree" + (f" at commit {t.commit}" if t.commit else "")
+                        + ": every artifact URI is relative to it."}}},
             "invocations": [invocation],
             "results": results,
             "properties": {
