@@ -1,14 +1,11 @@
 """JUnit XML: one testsuite, a testcase per entry, totals consistent with the cases.
 
-Validated structurally with ElementTree always, and against `junit-subset.xsd`
-(a minimal hand-written schema, not an official one) with xmllint when it is
-installed (Debian: libxml2-utils).
+Validated structurally with ElementTree, and against the Jenkins xunit plugin's
+official `junit-10.xsd` (tests/fixtures/schemas/, see SOURCES.md there) with xmlschema.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,7 +16,7 @@ from kvdiag.engine.verdict import Evidence, Verdict
 from kvdiag.report.formats import SweepFormat
 from kvdiag.store.sweeps import Sweep
 
-XSD = Path(__file__).with_name("junit-subset.xsd")
+XSD = Path(__file__).parents[1] / "fixtures" / "schemas" / "junit-10.xsd"
 
 
 def render(sweep: Sweep) -> str:
@@ -42,7 +39,10 @@ def test_totals_match_the_testcases(sweep: Sweep) -> None:
     assert len(cases) == int(suite.get("tests")) == len(sweep.outcomes)
     for kind, attr in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
         n = sum(1 for c in cases if c.find(kind) is not None)
-        assert int(suite.get(attr)) == n == int(root.get(attr)), kind
+        assert int(suite.get(attr)) == n, kind
+        if attr != "skipped":                       # junit-10.xsd has no `skipped` on <testsuites>
+            assert int(root.get(attr)) == n, kind
+    assert root.get("skipped") is None
     assert all(len([x for x in c if x.tag in ("failure", "error", "skipped")]) <= 1 for c in cases)
     assert float(suite.get("time")) == pytest.approx(sweep.wall_s)
 
@@ -83,12 +83,8 @@ def test_control_bytes_from_logs_are_escaped_and_markup_is_text() -> None:
     assert "<script>" not in text
 
 
-@pytest.mark.skipif(shutil.which("xmllint") is None, reason="xmllint (libxml2-utils) is not installed")
 @pytest.mark.parametrize("outcomes", ["all", "empty"])
-def test_validates_against_the_minimal_xsd(outcomes: str, tmp_path: Path) -> None:
+def test_validates_against_the_jenkins_junit_xsd(outcomes: str) -> None:
+    xmlschema = pytest.importorskip("xmlschema")
     sweep = make_sweep() if outcomes == "all" else make_sweep([])
-    out = tmp_path / "junit.xml"
-    out.write_text(render(sweep), encoding="utf-8")
-    proc = subprocess.run(["xmllint", "--noout", "--schema", str(XSD), str(out)], capture_output=True, text=True,
-                          timeout=30)
-    assert proc.returncode == 0, proc.stderr
+    xmlschema.XMLSchema(str(XSD)).validate(render(sweep))

@@ -25,16 +25,30 @@ def test_header_counts_and_summary_rows(sweep: Sweep) -> None:
     assert len(rows) == 7
 
 
-def test_evidence_only_for_confirmed_inconclusive_error_or_warned(sweep: Sweep) -> None:
+def test_every_entry_has_a_section_and_every_link_resolves(sweep: Sweep) -> None:
+    """The summary links [D1](#d1); each target is the anchor a Markdown renderer gives a heading."""
+    from kvdiag.report.formats.markdown import heading_anchor
+
     text = render(sweep)
-    sections = re.findall(r"^### (D\d+)$", text, re.M)
-    assert sections == ["D2", "D3", "D9", "D11"]
+    sections = re.findall(r"^#{1,6} (.+)$", text, re.M)
+    assert [s for s in sections if re.fullmatch(r"D\d+", s)] == sweep.ids
+    anchors = {heading_anchor(s) for s in sections}
+    links = re.findall(r"\]\(#([^)]+)\)", text)
+    assert len(links) == len(sweep.ids) and set(links) <= anchors
+    broken = text.replace("(#d2)", "(#d2-typo)")
+    assert not set(re.findall(r"\]\(#([^)]+)\)", broken)) <= anchors
+
+
+def test_evidence_in_full_only_for_confirmed_inconclusive_error_or_warned(sweep: Sweep) -> None:
+    text = render(sweep)
     d2 = text.split("### D2", 1)[1].split("### D3", 1)[0]
     assert "- sanitizer errors: 2048" in d2
     assert "- instantiation `flash_attn_ext_f16_process_tile<(int)256, (int)256, (int)4, (int)4, (int)2, (bool)0, " \
            "(bool)0, (bool)0, (bool)1>`" in d2
     assert "```\n========= Barrier error detected. Divergent thread(s) in block.\n" in d2
     assert "```sh\n/usr/local/cuda/bin/compute-sanitizer --tool synccheck" in d2
+    brief = next(o["entry"] for o in sweep.outcomes if o["verdict"] in ("not-applicable", "not-reproduced"))
+    assert "```" not in text.split(f"### {brief}\n", 1)[1].split("###", 1)[0]
     warned = render(make_sweep([simple("D13", Verdict.NOT_REPRODUCED, "ok", warnings=("the build is stale",))]))
     assert "### D13" in warned and "> warning: the build is stale" in warned
 

@@ -71,8 +71,17 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 VERDICT_ORDER = ("confirmed", "error", "inconclusive", "not-reproduced", "skipped", "not-applicable")
 
 
+#: C0 controls but tab and newline, DEL and C1 controls: never shown raw in a human format
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
+    """Text from a log as a person should see it: ANSI escape sequences removed, any other
+    control character (NUL, a lone ESC, DEL, ...) written as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _ANSI.sub("", str(text)))
+
+
+printable = strip_ansi
 
 
 def clip(text: str, width: int) -> str:
@@ -176,24 +185,30 @@ def first_command(outcome: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _optional(value: Any) -> str | None:
+    return None if value is None else printable(value)
+
+
 def entry_view(outcome: Mapping[str, Any]) -> EntryView:
     ev = _evidence(outcome)
     attempts = list(outcome.get("attempts") or ())
     n = outcome.get("n", len(attempts))
     k = outcome.get("k", sum(1 for a in attempts if a.get("verdict") == "confirmed"))
-    sites = tuple(SiteView(site=str(s.get("site") or "?"), kind=str(s.get("kind") or ""),
-                           kernel=str(s.get("kernel") or ""), file=s.get("file"), line=s.get("line"),
+    sites = tuple(SiteView(site=printable(s.get("site") or "?"), kind=printable(s.get("kind") or ""),
+                           kernel=printable(s.get("kernel") or ""), file=s.get("file"), line=s.get("line"),
                            count=s.get("count"), blocks=s.get("blocks"))
                   for s in ev.get("sites") or ())
     return EntryView(
-        id=str(outcome["entry"]), title=str(outcome.get("title") or ""), verdict=str(outcome["verdict"]),
+        id=printable(outcome["entry"]), title=printable(outcome.get("title") or ""),
+        verdict=printable(outcome["verdict"]),
         k_of_n=f"{k}/{n}" if n else "-", reason=strip_ansi(str(outcome.get("reason") or "")),
         key_evidence=key_evidence(outcome), duration_s=float(outcome.get("duration_s") or 0.0),
         error_count=error_count(outcome), quoted=tuple(strip_ansi(str(q)) for q in ev.get("quoted") or ()),
-        sites=sites, instantiations=tuple(str(i) for i in ev.get("instantiations") or ()),
-        exit=ev.get("exit"), running_case=ev.get("running_case"),
-        warnings=tuple(str(w) for w in outcome.get("warnings") or ()), command=first_command(outcome),
-        run_dir=outcome.get("run_dir"), step=outcome.get("step"),
+        sites=sites, instantiations=tuple(printable(i) for i in ev.get("instantiations") or ()),
+        exit=_optional(ev.get("exit")), running_case=_optional(ev.get("running_case")),
+        warnings=tuple(printable(w) for w in outcome.get("warnings") or ()),
+        command=_optional(first_command(outcome)), run_dir=_optional(outcome.get("run_dir")),
+        step=_optional(outcome.get("step")),
         attempts=tuple((int(a.get("index", i + 1)), str(a.get("verdict")), strip_ansi(str(a.get("reason", ""))))
                        for i, a in enumerate(attempts)),
         device=device_label(outcome.get("device")),
@@ -204,6 +219,15 @@ def device_label(device: Mapping[str, Any] | None) -> str | None:
     if not device:
         return None
     return f"{device.get('index')} {device.get('name') or ''}".strip()
+
+
+def printable_summary(t):
+    """A `TargetSummary` whose every text field is `printable` (build and host strings come from
+    the machine and the build's cache, and reach every human format)."""
+    from dataclasses import fields, replace
+
+    return replace(t, **{f.name: printable(getattr(t, f.name)) for f in fields(t)
+                         if isinstance(getattr(t, f.name), str)})
 
 
 def entry_views(sweep: Sweep) -> list[EntryView]:
@@ -238,6 +262,6 @@ def shard_note(sweep: Sweep) -> str:
 
 __all__: Sequence[str] = (
     "SweepFormat", "SweepFormatter", "EntryView", "SiteView", "entry_view", "entry_views", "key_evidence",
-    "ordered_counts", "primary_attempt", "strip_ansi", "clip", "first_command", "format_seconds", "shard_note",
+    "ordered_counts", "primary_attempt", "strip_ansi", "printable", "printable_summary", "clip", "first_command", "format_seconds", "shard_note",
     "VERDICT_ORDER",
 )

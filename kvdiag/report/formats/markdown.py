@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from kvdiag.report.formats import SweepFormatter, entry_views, format_seconds, ordered_counts, shard_note
+from kvdiag.report.formats import (SweepFormatter, entry_views, format_seconds, ordered_counts, printable,
+                                  printable_summary, shard_note)
 from kvdiag.report.templating import render
 from kvdiag.store.sweeps import Sweep, target_summary
 
@@ -19,7 +20,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#])")
 
 def md_text(text: object) -> str:
     """Prose from a log or an entry, shown literally: Markdown and HTML punctuation escaped, on one line."""
-    text = " ".join(str(text).split())
+    text = " ".join(printable(text).split())
     return _MD_SPECIAL.sub(lambda m: {"<": "&lt;", ">": "&gt;"}.get(m.group(1), "\\" + m.group(1)), text)
 
 
@@ -33,7 +34,7 @@ def _longest_run(text: str, char: str) -> int:
 
 def md_code(text: object) -> str:
     """An inline code span that survives backticks inside it."""
-    text = " ".join(str(text).split())
+    text = " ".join(printable(text).split())
     ticks = "`" * (_longest_run(text, "`") + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"
@@ -41,7 +42,7 @@ def md_code(text: object) -> str:
 
 def md_fence(lines: Iterable[str] | str, lang: str = "") -> str:
     """A fenced block around `lines`, its fence longer than any backtick run in them."""
-    body = lines if isinstance(lines, str) else "\n".join(lines)
+    body = printable(lines if isinstance(lines, str) else "\n".join(str(line) for line in lines))
     fence = "`" * max(3, _longest_run(body, "`") + 1)
     return f"{fence}{lang}\n{body}\n{fence}"
 
@@ -99,13 +100,20 @@ def human_time(stamp: str) -> str:
 DETAIL_VERDICTS = ("confirmed", "error", "inconclusive")
 
 
+def heading_anchor(text: str) -> str:
+    """The anchor GitHub (and most Markdown renderers) give a heading: lower case, punctuation
+    dropped, spaces as hyphens. The summary table links each entry to its own heading."""
+    slug = re.sub(r"[^\w\- ]", "", printable(text).strip().lower())
+    return slug.replace(" ", "-")
+
+
 def sweep_context(sweep: Sweep) -> dict:
-    t = target_summary(sweep.target)
+    t = printable_summary(target_summary(sweep.target))
     build, env = fingerprint_rows(t)
     views = entry_views(sweep)
     return {"sweep": sweep, "t": t, "views": views, "counts": ordered_counts(sweep),
             "detailed": [v for v in views if v.verdict in DETAIL_VERDICTS or v.warnings],
-            "note": shard_note(sweep), "wall": format_seconds(sweep.wall_s), "when": human_time(sweep.started_at),
+            "note": printable(shard_note(sweep)), "anchor": heading_anchor, "wall": format_seconds(sweep.wall_s), "when": human_time(sweep.started_at),
             "build_rows": build, "env_rows": env}
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from kvdiag.report.formats import SweepFormatter, entry_views, format_seconds, ordered_counts, shard_note
+from kvdiag.report.formats import (SweepFormatter, entry_views, format_seconds, ordered_counts, printable,
+                                  printable_summary, shard_note)
 from kvdiag.store.sweeps import Sweep, target_summary
 
 HEADERS = ["id", "verdict", "k/N", "key evidence", "time"]
@@ -14,7 +15,7 @@ class TableFormat(SweepFormatter):
     suffix = ".txt"
 
     def format(self, sweep: Sweep) -> str:
-        t = target_summary(sweep.target)
+        t = printable_summary(target_summary(sweep.target))
         views = entry_views(sweep)
         rows = [(v.id, v.verdict, v.k_of_n, v.key_evidence, f"{v.duration_s:.1f} s") for v in views]
         headers = HEADERS
@@ -23,7 +24,7 @@ class TableFormat(SweepFormatter):
             rows = [(*row, v.device.split()[0] if v.device else "-") for row, v in zip(rows, views)]
             headers = [*HEADERS, "GPU"]
         lines = [
-            f"kvdiag {sweep.kvdiag_version} sweep, {sweep.started_at}: build {t.commit_label} "
+            f"kvdiag {printable(sweep.kvdiag_version)} sweep, {sweep.started_at}: build {t.commit_label} "
             f"({t.build_dir or 'no build'}) on {t.gpu_label}",
         ]
         note = shard_note(sweep)
