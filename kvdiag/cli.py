@@ -213,15 +213,37 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
 
 @registry_group.command("export")
 @click.option("--format", "fmt", type=click.Choice(["osv"]), default="osv", show_default=True)
+@click.option("--output", "output_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Write one <id>.json per entry into this folder, as an OSV database keeps them.")
 @click.argument("ids", nargs=-1)
 @pass_ctx
-def registry_export(ctx: Context, fmt: str, ids: tuple[str, ...]) -> int:
-    """Export entries (all, or the IDS given) as OSV JSON."""
-    from kvdiag.registry.osv import entry_to_osv
+def registry_export(ctx: Context, fmt: str, output_dir: Path | None, ids: tuple[str, ...]) -> int:
+    """Export entries (all, or the IDS given) as OSV records (schema 1.7.5).
+
+    Without --output, the records are printed as one JSON list. The records
+    validate against the official OSV schema except for their id: KVDIAG- is
+    a private prefix, not a registered OSV database.
+
+    \b
+    Example:
+      kvdiag registry export --output osv/     osv/KVDIAG-D1.json ... osv/KVDIAG-D13.json
+
+    \b
+    Exit codes:
+        0  exported
+       64  unknown id, or --output is not a folder that can be written
+       65  a registry file is malformed
+    """
+    from kvdiag.registry.osv import entry_to_osv, write_osv_database
 
     registry = ctx.registry
     entries = [registry.get(i) for i in ids] if ids else list(registry.entries)
-    click.echo(json.dumps([entry_to_osv(e) for e in entries], indent=2))
+    records = [entry_to_osv(e) for e in entries]
+    if output_dir is None:
+        click.echo(json.dumps(records, indent=2))
+    else:
+        written = write_osv_database(records, output_dir)
+        click.echo(f"kvdiag: wrote {len(written)} OSV record(s) to {output_dir}", err=True)
     return 0
 
 

@@ -22,8 +22,9 @@ def _emit(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
+    from kvdiag.report.output_file import write_output
+
+    write_output(output, text)
     click.echo(f"kvdiag: wrote {output}", err=True)
 
 
@@ -112,6 +113,31 @@ def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
     return sweep_exit_code(merged)
 
 
+@click.command("render")
+@click.argument("sweep_file", metavar="SWEEP.json", type=click.Path(path_type=Path, dir_okay=False))
+@FORMAT_OPTION
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write it here (atomically; only a regular file or a new path) instead of stdout.")
+def render_cmd(sweep_file, fmt, output) -> int:
+    """Render a saved sweep in any format, without running anything.
+
+    Reads any sweep file kvdiag wrote, kvdiag 0.1.x's included (format
+    kvdiag-sweep/1: their SARIF paths follow the layout of the recorded build).
+
+    \b
+    Example:
+      kvdiag render sweep.json --format sarif -o kvdiag.sarif
+
+    \b
+    Exit codes:
+        0  rendered
+       64  no such file, not a kvdiag sweep, or -o is not a regular file
+       70  kvdiag itself failed
+    """
+    _emit(SweepFormat(fmt).to_formatter().format(load_sweep(sweep_file)), output)
+    return 0
+
+
 @click.command("compare")
 @click.argument("before", type=click.Path(path_type=Path, dir_okay=False))
 @click.argument("after", type=click.Path(path_type=Path, dir_okay=False))
@@ -196,4 +222,4 @@ def report_cmd(ctx, entry_id, run_ref, output) -> int:
 
 
 #: every command of this module, for `cli.add_command`
-COMMANDS = (sweep_cmd, merge_cmd, compare_cmd, history_cmd, report_cmd)
+COMMANDS = (sweep_cmd, merge_cmd, render_cmd, compare_cmd, history_cmd, report_cmd)

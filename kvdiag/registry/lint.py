@@ -181,6 +181,7 @@ def _lint_consistency(raw: RawEntry, add) -> None:
         add("defect.id", f"{defect['id']!r} is not of the form D<number>")
     elif raw.path.stem != defect["id"]:
         add("defect.id", f"{defect['id']!r} does not match the file name {raw.path.name}")
+    _lint_osv(data, add)
     steps = data.get("repro", [])
     step_names = [s["name"] for s in steps]
     for dup in {n for n in step_names if step_names.count(n) > 1}:
@@ -199,6 +200,20 @@ def _lint_consistency(raw: RawEntry, add) -> None:
             add(f"probes[{i}].file", f"dangling: {probe['file']} does not exist")
     if not raw.body.strip():
         add("(body)", "the Markdown body is empty: root cause, trigger, what is established")
+
+
+def _lint_osv(data: dict[str, Any], add) -> None:
+    """The rules `kvdiag registry export` relies on: aliases are advisory ids, reference types OSV's."""
+    from kvdiag.registry.osv import REFERENCE_TYPES, alias_problem, reference_type
+
+    for i, alias in enumerate(data["defect"].get("aliases", [])):
+        problem = alias_problem(alias)
+        if problem:
+            add(f"defect.aliases[{i}]", problem)
+    for i, ref in enumerate(data.get("references", [])):
+        if isinstance(ref, dict) and reference_type(str(ref.get("type"))) not in REFERENCE_TYPES:
+            add(f"references[{i}].type", f"{ref.get('type')!r} is not an OSV reference type "
+                                         f"({', '.join(REFERENCE_TYPES)}, or SEED)")
 
 
 def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> None:

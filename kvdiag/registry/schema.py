@@ -69,7 +69,8 @@ DEFECT = Section(
         "severity": _s("How bad it is when hit.", required=True, enum=SEVERITIES),
         "reported": Key("date", required=True, doc="When it was first recorded."),
         "modified": Key("date", required=True, doc="When this entry last changed."),
-        "aliases": Key("list[str]", doc="Upstream ids, e.g. ggml-org/llama.cpp#27678."),
+        "aliases": Key("list[str]", doc="Ids of the same defect in advisory databases (CVE-…, GHSA-…); "
+                                         "upstream issues and pull requests go in [[references]]."),
         "related": Key("list[str]", doc="Other registry ids; relation only, never causality."),
         "source": _s("Where the entry comes from (a seed document, a run)."),
     },
