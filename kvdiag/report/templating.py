@@ -19,3 +19,13 @@ _ENV = jinja2.Environment(
 
 def render(template_name: str, **context) -> str:
     return _ENV.get_template(template_name).render(**context)
+
+
+def _text_helpers() -> dict:
+    from kvdiag.report.held_back import held_back_lines, one_line, reason_counts
+
+    return {"held_back_lines": held_back_lines, "one_line": one_line, "reason_counts": reason_counts}
+
+
+# Every text template may say why an inconclusive is one, on one line, and what lifts it.
+_ENV.globals.update(_text_helpers())

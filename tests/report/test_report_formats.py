@@ -46,7 +46,8 @@ def test_table_has_one_row_per_entry_with_key_evidence_and_counts(sweep: Sweep) 
     d5 = next(line for line in lines if line.startswith("D5 "))
     assert "no FLASH_ATTN_EXT test case matches" in d5
     assert "d99724f2" in lines[0] and "NVIDIA H200 (cc 9.0)" in lines[0]
-    assert lines[-1].startswith("7 entries in 4 min 06 s: 2 confirmed, 1 error, 1 inconclusive")
+    assert lines[-2].startswith("7 entries in 4 min 06 s: 2 confirmed, 1 error, 1 inconclusive")
+    assert lines[-1] == "D9 inconclusive: timed out after 120.0 s (process group killed) while running FLASH_ATTN_EXT(hsk=128)"
 
 
 def test_json_format_is_the_saved_sweep(sweep: Sweep) -> None:

@@ -1,4 +1,5 @@
-"""The terminal summary: a header with the target, one row per entry, and the verdict counts."""
+"""The terminal summary: a header with the target, one row per entry, the verdict counts, and each
+inconclusive's reason on one line with the controls that held verdicts back and the command that fixes it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from tabulate import tabulate
 
 from kvdiag.report.formats import (SweepFormatter, entry_views, format_seconds, ordered_counts, printable,
                                   printable_summary, shard_note)
+from kvdiag.report.held_back import held_back_lines, one_line
 from kvdiag.store.sweeps import Sweep, target_summary
 
 HEADERS = ["id", "verdict", "k/N", "key evidence", "time"]
@@ -33,4 +35,7 @@ class TableFormat(SweepFormatter):
         lines += ["", tabulate(rows, headers=headers, disable_numparse=True) if rows else "(no entries)", ""]
         counts = ", ".join(f"{n} {v}" for v, n in ordered_counts(sweep) if n)
         lines.append(f"{len(sweep.outcomes)} entries in {format_seconds(sweep.wall_s)}: {counts or 'nothing ran'}")
+        inconclusive = [v for v in views if v.verdict == "inconclusive"]
+        lines += [f"{v.id} inconclusive: {one_line(v.reason)}" for v in inconclusive]
+        lines += held_back_lines(v.reason for v in inconclusive)
         return "\n".join(lines) + "\n"
