@@ -22,6 +22,8 @@ from kvdiag.proc.runner import CommandInterrupted
 from kvdiag.registry.loader import Registry, load_registry
 
 EXIT_HELP = "\n".join(f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_TABLE)
+# `\b` keeps the table one code per line (click reflows every other paragraph).
+EPILOG = f"\b\nExit codes:\n{EXIT_HELP}\n\nEach command's help lists the codes it can return, with an example."
 
 
 class Context:
@@ -41,7 +43,7 @@ class Context:
 pass_ctx = click.make_pass_decorator(Context)
 
 
-@click.group(epilog=f"Exit codes:\n\n{EXIT_HELP}", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kvdiag")
 @click.option("--registry", "registry_dir", type=click.Path(path_type=Path), default=None,
               envvar="KVDIAG_REGISTRY", help="Registry folder (default: the project's registry/).")
@@ -223,16 +225,6 @@ def registry_export(ctx: Context, fmt: str, output_dir: Path | None, ids: tuple[
     Without --output, the records are printed as one JSON list. The records
     validate against the official OSV schema except for their id: KVDIAG- is
     a private prefix, not a registered OSV database.
-
-    \b
-    Example:
-      kvdiag registry export --output osv/     osv/KVDIAG-D1.json ... osv/KVDIAG-D13.json
-
-    \b
-    Exit codes:
-        0  exported
-       64  unknown id, or --output is not a folder that can be written
-       65  a registry file is malformed
     """
     from kvdiag.registry.osv import entry_to_osv, write_osv_database
 
@@ -497,8 +489,11 @@ def _register_commands() -> None:
 
     from kvdiag.commands.model import model_group
 
+    from kvdiag.help_text import add_help_blocks
+
     for command in (*PROBE_COMMANDS, *SWEEP_COMMANDS, model_group):
         cli.add_command(command)
+    add_help_blocks(cli)
 
 
 _register_commands()

@@ -123,16 +123,6 @@ def render_cmd(sweep_file, fmt, output) -> int:
 
     Reads any sweep file kvdiag wrote, kvdiag 0.1.x's included (format
     kvdiag-sweep/1: their SARIF paths follow the layout of the recorded build).
-
-    \b
-    Example:
-      kvdiag render sweep.json --format sarif -o kvdiag.sarif
-
-    \b
-    Exit codes:
-        0  rendered
-       64  no such file, not a kvdiag sweep, or -o is not a regular file
-       70  kvdiag itself failed
     """
     _emit(SweepFormat(fmt).to_formatter().format(load_sweep(sweep_file)), output)
     return 0

@@ -1,0 +1,117 @@
+"""Each command's example and the exit codes it can return, appended to its `--help` as written.
+
+Kept in one table, so a test can check that every command has both, and so
+the meanings stay those of `kvdiag.exitcodes` (the `kvdiag --help` table).
+Click reflows help paragraphs; a paragraph opened by ``\\b`` is kept line by
+line, which is how the examples and the code tables stay one per line.
+"""
+
+from __future__ import annotations
+
+import click
+
+from kvdiag.exitcodes import EXIT_CODE_TABLE
+
+#: the general meaning of each code (`kvdiag --help`)
+MEANING = {int(code): text for code, text in EXIT_CODE_TABLE}
+
+USAGE = (64, "usage error (bad option, unknown id, missing file)")
+DATA = (65, "a registry file or an input file is malformed")
+HARNESS = (70, "kvdiag itself failed")
+INTERRUPTED = (130, "interrupted (Ctrl-C); the partial run is recorded")
+VERDICTS = [(0, "not-reproduced"), (1, "confirmed"), (2, "not-applicable"), (3, "skipped: a requirement is missing"),
+            (4, "inconclusive: another failure, a timeout, or a detector control not passed")]
+
+#: command path -> (example lines, [(code, what it means for this command)])
+COMMAND_HELP: dict[str, tuple[tuple[str, ...], list[tuple[int, str]]]] = {
+    "list": (("kvdiag list --owner ggml --tool synccheck",),
+             [(0, "listed"), (65, "listed, but a registry file is malformed (problems on stderr)"), USAGE, HARNESS]),
+    "registry": (("kvdiag registry lint",), [(0, "success"), USAGE, DATA, HARNESS]),
+    "registry lint": (("kvdiag registry lint",),
+                      [(0, "no problems"), (65, "problems found, one line each"), HARNESS]),
+    "registry export": (("kvdiag registry export --output osv/     # osv/KVDIAG-D1.json ...",
+                         "kvdiag registry export D2 > d2.json"),
+                        [(0, "exported"), (64, "unknown id, or --output cannot be written"), DATA, HARNESS]),
+    "show": (("kvdiag show D2 --build ~/llama.cpp/build",), [(0, "shown"), USAGE, DATA, HARNESS]),
+    "run": (("kvdiag run D2 --build ~/llama.cpp/build",),
+            [*VERDICTS, USAGE, DATA, (70, "kvdiag itself failed on an entry (verdict error)"), INTERRUPTED]),
+    "scan": (("kvdiag scan D2 --build ~/llama.cpp/build -j 8",),
+             [(0, "no case affected, none inconclusive"), (1, "some case is affected"),
+              (2, "the entry is not applicable to this build"), (3, "skipped: a requirement is missing"),
+              (4, "no case affected, but some inconclusive"), USAGE, DATA, HARNESS, INTERRUPTED]),
+    "drift": (("kvdiag drift D6 --build ~/llama.cpp/build --runs 10",),
+              [*VERDICTS, USAGE, DATA, HARNESS, INTERRUPTED]),
+    "analyze": (("kvdiag analyze synccheck.log.gz --format json",),
+                [(0, "analysed"), (64, "no such log file"), HARNESS]),
+    "runs": (("kvdiag runs --entry D2 --limit 5",), [(0, "listed"), USAGE, HARNESS]),
+    "doctor": (("kvdiag doctor --refresh",),
+               [(0, "every tool's positive control detected and its negative clean"),
+                (3, "no GPU or no compute-sanitizer: nothing proven"),
+                (4, "some control failed or could not run, or a check failed"),
+                (64, "bad option (--sanitizer that is not compute-sanitizer)"), HARNESS, INTERRUPTED]),
+    "sweep": (("kvdiag sweep --build ~/llama.cpp/build --format sarif -o kvdiag.sarif",),
+              [(0, "nothing confirmed, failed or inconclusive"), (1, "some entry is confirmed"),
+               (4, "some entry is inconclusive"), USAGE, DATA, (70, "kvdiag itself failed on some entry"),
+               INTERRUPTED]),
+    "merge": (("kvdiag merge shard-1.json shard-2.json -o sweep.json",),
+              [(0, "merged; nothing confirmed, failed or inconclusive"), (1, "merged; some entry is confirmed"),
+               (4, "merged; some entry is inconclusive"),
+               (64, "not shards of one selection and target, or a file is missing"),
+               (70, "merged; kvdiag had failed on some entry")]),
+    "render": (("kvdiag render sweep.json --format sarif -o kvdiag.sarif",),
+               [(0, "rendered"), (64, "no such file, not a kvdiag sweep, or -o is not a regular file"), HARNESS]),
+    "compare": (("kvdiag compare before.json after.json --changed-only",),
+                [(0, "no regression"), (1, "some entry regressed (newly confirmed)"), USAGE, HARNESS]),
+    "history": (("kvdiag history D2 --limit 10",), [(0, "shown"), USAGE, HARNESS]),
+    "report": (("kvdiag report D2 -o d2-upstream.md",),
+               [(0, "written"), (64, "unknown id, or no finished run of it"), HARNESS]),
+    "bisect": (("kvdiag bisect D2 --source ~/ggml --good 1a2b3c4 --bad HEAD --build ~/ggml/build",),
+               [(0, "a first bad commit was found"), (4, "skipped commits leave it ambiguous"), USAGE, DATA,
+                HARNESS, INTERRUPTED]),
+    "bisect-step": (("git bisect run kvdiag bisect-step D2 --source ~/ggml --build-dir /tmp/bisect-build",),
+                    [(0, "good (not reproduced)"), (1, "bad (confirmed)"),
+                     (125, "skip: the commit did not build or the verdict was neither")]),
+    "verify": (("kvdiag verify D2 --source ~/ggml --probe D2-fix-uniform-barrier --build ~/ggml/build",),
+               [(0, "fix verified: confirmed before, not reproduced after, numeric test passed"),
+                (1, "not verified: still reproduces, or the fix breaks results"),
+                (4, "inconclusive (including a patched tree that does not build)"),
+                (64, "usage error (a probe that does not apply)"), HARNESS, INTERRUPTED]),
+    "probe": (("kvdiag probe list",), [(0, "success"), (1, "a probe does not apply"), USAGE, HARNESS]),
+    "probe list": (("kvdiag probe list --format json",),
+                   [(0, "listed"), (65, "listed, but a probe file is malformed"), HARNESS]),
+    "probe check": (("kvdiag probe check D2-fix-uniform-barrier --source ~/llama.cpp",),
+                    [(0, "every probe applies"), (1, "a probe does not apply (named, with git's lines)"),
+                     USAGE, HARNESS]),
+    "probe apply": (("kvdiag probe apply D2-fix-uniform-barrier --source ~/llama.cpp --into /tmp/d2-probe",),
+                    [(0, "applied; the worktree's path printed"), (1, "a probe does not apply"), USAGE, HARNESS]),
+    "probe revert": (("kvdiag probe revert --worktree /tmp/d2-probe",),
+                     [(0, "reverted"), (1, "a probe does not revert cleanly"), USAGE, HARNESS]),
+    "probe drop": (("kvdiag probe drop /tmp/d2-probe",), [(0, "removed"), USAGE, HARNESS]),
+    "model": (("kvdiag model synth --head-dim 256 --n-head 8 --n-head-kv 2 -o tiny.gguf",), [(0, "success"), USAGE, HARNESS]),
+    "model synth": (("kvdiag model synth --head-dim 256 --n-head 8 --n-head-kv 2 -o tiny.gguf",),
+                    [(0, "written"), (64, "bad option, or the gguf package is missing"), HARNESS]),
+}
+
+
+def exit_code_lines(codes) -> list[str]:
+    return [f"  {code:>3}  {text}" for code, text in codes]
+
+
+def help_blocks(path: str) -> str:
+    """The ``\\b`` paragraphs appended to ``path``'s help: its example(s), then its exit codes."""
+    examples, codes = COMMAND_HELP[path]
+    example_block = "\n".join(["\b", "Example:" if len(examples) == 1 else "Examples:",
+                               *(f"  {e}" for e in examples)])
+    code_block = "\n".join(["\b", "Exit codes:", *exit_code_lines(codes)])
+    return f"{example_block}\n\n{code_block}"
+
+
+def add_help_blocks(group: click.Group, prefix: str = "") -> None:
+    """Append each command's blocks to its help (every command of ``group``, recursively)."""
+    for name, command in group.commands.items():
+        path = f"{prefix}{name}"
+        if path in COMMAND_HELP and not getattr(command, "_kvdiag_help_added", False):
+            command.help = (command.help or "").rstrip() + "\n\n" + help_blocks(path)
+            command._kvdiag_help_added = True
+        if isinstance(command, click.Group):
+            add_help_blocks(command, f"{path} ")
