@@ -22,7 +22,7 @@ def _emit(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from kvdiag.report.output_file import write_output
+    from kvdiag.output_file import write_output
 
     write_output(output, text)
     click.echo(f"kvdiag: wrote {output}", err=True)

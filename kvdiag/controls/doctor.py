@@ -41,7 +41,7 @@ from kvdiag.controls.cache import (
 )
 from kvdiag.controls.canaries import ALL_TOOLS, Canary, pair_for
 from kvdiag.controls.judging import judge_negative, judge_positive, plural
-from kvdiag.controls.launch import (CompileError, Compiler, arch_for, available_launchers, find_nvcc, native_argv,
+from kvdiag.controls.launch import (CompileError, Compiler, arch_for, available_launchers, canary_program, find_nvcc,
                                    parse_launcher_line)
 from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.exitcodes import ExitCode
@@ -208,25 +208,12 @@ class _CanaryRun:
     duration_s: float
 
 
-def python_launchers_importable() -> bool:
-    """pycuda or cupy can launch a cubin; without both, the canaries run as nvcc-built programs."""
-    return any(why is None for why in available_launchers().values())
-
-
-def _program(c: Canary, built: Path, native: bool) -> list[str]:
-    if native:
-        return native_argv(c, built)
-    return [sys.executable, "-m", "kvdiag.controls.launch", c.name, "--cubin", os.fspath(built)]
-
-
 def _run_canary(c: Canary, *, built: Path, native: bool, sanitizer: Path, log_dir: Path,
                 timeout: float) -> _CanaryRun:
-    """One canary under its tool; what the tool wrote, and what the launcher said.
-
-    ``built`` is its cubin (launched by pycuda/cupy) or, when ``native``, its host executable.
-    """
+    """One canary (its cubin, or its nvcc-built program when ``native``) under its tool: what the
+    tool wrote, and what the launcher said."""
     log_file = log_dir / f"{c.name}.{c.tool}.log"
-    program = _program(c, built, native)
+    program = canary_program(c, built, native)
     argv = SanitizerInvocation(c.tool, options=c.sanitizer_options).argv(sanitizer, log_file, program)
     started = time.monotonic()
     try:
@@ -250,10 +237,14 @@ def _prerequisite_gap(env, sanitizer: Path | None) -> tuple[str, str] | None:
                                               ("compute-sanitizer not found", sanitizer is None)) if missing]
     if missing_parts:
         return "skip", "not run: " + ", ".join(missing_parts)
-    if not python_launchers_importable() and _nvcc_path(env) is None and find_nvcc() is None:
-        return "fail", ("not run: neither pycuda nor cupy is importable and nvcc is not found, "
-                        "so no canary can be launched")
+    if _native_canaries() and _nvcc_path(env) is None and find_nvcc() is None:
+        return "fail", "not run: neither pycuda nor cupy is importable and nvcc is not found: no canary can run"
     return None
+
+
+def _native_canaries() -> bool:
+    """Neither pycuda nor cupy: the canaries run as nvcc-built programs."""
+    return all(why is not None for why in available_launchers().values())
 
 
 def _arch(env) -> str:
@@ -271,7 +262,7 @@ def _run_pair(*, tool: str, compiler: Compiler, sanitizer: Path, log_dir: Path,
     pair = pair_for(tool)
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    native = not python_launchers_importable()
+    native = _native_canaries()
     build = compiler.executable if native else compiler.compile
     try:
         built = {c.name: build(c) for c in (pair.positive, pair.negative)}
@@ -390,8 +381,7 @@ def _tool_checks(env, sanitizer: Path | None) -> list[Check]:
     elif tools.compute_sanitizer:
         checks.append(Check("compute-sanitizer", "pass", f"{tools.compute_sanitizer} ({sanitizer})"))
     else:
-        checks.append(Check("compute-sanitizer", "warn",
-                            f"{sanitizer} found but `--version` printed no version"))
+        checks.append(Check("compute-sanitizer", "warn", f"{sanitizer} found but `--version` printed no version"))
     launchers = available_launchers()
     any_launcher = any(why is None for why in launchers.values())
     for name, why in launchers.items():
@@ -400,12 +390,11 @@ def _tool_checks(env, sanitizer: Path | None) -> list[Check]:
         elif any_launcher:
             other = next(n for n, w in launchers.items() if w is None)
             checks.append(Check(name, "warn", f"not importable ({why}); {other} launches the canaries"))
-        elif has_gpu and nvcc_path:
-            checks.append(Check(name, "warn", f"not importable ({why}); neither launcher is: the canaries "
-                                              "run as nvcc-built programs (pip install -e '.[gpu]' adds them)"))
         elif has_gpu:
-            checks.append(Check(name, "fail", f"not importable ({why}); neither launcher is and nvcc is not "
-                                              "found: no canary can be launched"))
+            checks.append(Check(name, "warn", f"not importable ({why}); neither launcher is: the canaries run as "
+                                              "nvcc-built programs (pip install -e '.[gpu]' adds them)")
+                          if nvcc_path else Check(name, "fail", f"not importable ({why}); neither launcher is "
+                                                                "and nvcc is not found: no canary can be launched"))
         else:
             checks.append(Check(name, "skip", f"not importable ({why}); not needed without a GPU"))
     return checks

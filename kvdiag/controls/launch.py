@@ -58,6 +58,7 @@ __all__ = [
     "cubin_cache_dir",
     "find_nvcc",
     "main",
+    "canary_program",
     "native_argv",
     "nvcc_version",
     "parse_launcher_line",
@@ -218,6 +219,14 @@ class Compiler:
                                f"log: {result.combined_path}\n{tail}".rstrip())
         os.replace(partial, target)
         return target
+
+
+def canary_program(c: Canary, built: Path, native: bool) -> list[str]:
+    """The argv compute-sanitizer runs: ``built`` is the canary's host executable when ``native``,
+    else its cubin, launched by this module through pycuda or cupy."""
+    if native:
+        return native_argv(c, built)
+    return [sys.executable, "-m", "kvdiag.controls.launch", c.name, "--cubin", os.fspath(built)]
 
 
 def native_argv(c: Canary, executable: Path) -> list[str]:

@@ -89,7 +89,7 @@ def entry_to_osv(entry: Entry) -> dict[str, Any]:
 
 def write_osv_database(records: Iterable[dict[str, Any]], directory: Path) -> list[Path]:
     """One ``<id>.json`` per record under ``directory`` (created), each written atomically."""
-    from kvdiag.report.output_file import write_output
+    from kvdiag.output_file import write_output
 
     directory = Path(directory)
     written = []

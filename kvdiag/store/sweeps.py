@@ -144,7 +144,7 @@ def sweep_outcome(outcome_dict: Mapping[str, Any], *, title: str, run_dir: str |
 def with_sources(sweep: Sweep) -> Sweep:
     """The sweep with each outcome's ``sources``: its files resolved against the source tree the
     build records, while that tree is on this machine (SARIF names those paths)."""
-    from kvdiag.report.source_paths import record_sources
+    from kvdiag.store.source_paths import record_sources
 
     source_dir = (sweep.target.get("build") or {}).get("source_dir")
     outcomes = []

@@ -13,7 +13,7 @@ What GitHub code scanning and VS Code's SARIF viewer need to place a result:
 * every artifact URI is relative to ``SRCROOT``, the root of the swept source
   tree (declared in `originalUriBaseIds`); the path is the one that exists in
   that tree (``src/ggml-cuda/…`` in ggml, ``ggml/src/ggml-cuda/…`` in llama.cpp,
-  see `kvdiag.report.source_paths`); no absolute local path is ever written;
+  see `kvdiag.store.source_paths`); no absolute local path is ever written;
 * compute-sanitizer prints a site as a basename (``fattn-mma-f16.cuh:1538``):
   the entry's file of that basename gives its path;
 * `partialFingerprints` (``kvdiag/v1``) hash the entry, the site and the kernel
@@ -30,7 +30,7 @@ from urllib.parse import quote
 from typing import Any, Mapping
 
 from kvdiag.report.formats import SweepFormatter, clip, entry_view, strip_ansi
-from kvdiag.report.source_paths import source_paths
+from kvdiag.store.source_paths import source_paths
 from kvdiag.store.sweeps import Sweep, target_summary
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
