@@ -18,11 +18,11 @@ from tabulate import tabulate
 from kvdiag import __version__
 from kvdiag.errors import HarnessError, KvdiagError, RegistryError, UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
+from kvdiag.help_text import add_help_blocks
 from kvdiag.proc.runner import CommandInterrupted
 from kvdiag.registry.loader import Registry, load_registry
 
 EXIT_HELP = "\n".join(f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_TABLE)
-# `\b` keeps the table one code per line (click reflows every other paragraph).
 EPILOG = f"\b\nExit codes:\n{EXIT_HELP}\n\nEach command's help lists the codes it can return, with an example."
 
 
@@ -222,9 +222,8 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
 def registry_export(ctx: Context, fmt: str, output_dir: Path | None, ids: tuple[str, ...]) -> int:
     """Export entries (all, or the IDS given) as OSV records (schema 1.7.5).
 
-    Without --output, the records are printed as one JSON list. The records
-    validate against the official OSV schema except for their id: KVDIAG- is
-    a private prefix, not a registered OSV database.
+    Without --output, one JSON list. They validate against the official OSV
+    schema but for the id: KVDIAG- is a private prefix, not a registered database.
     """
     from kvdiag.registry.osv import entry_to_osv, write_osv_database
 
@@ -488,8 +487,6 @@ def _register_commands() -> None:
     from kvdiag.commands.sweeps import COMMANDS as SWEEP_COMMANDS
 
     from kvdiag.commands.model import model_group
-
-    from kvdiag.help_text import add_help_blocks
 
     for command in (*PROBE_COMMANDS, *SWEEP_COMMANDS, model_group):
         cli.add_command(command)
