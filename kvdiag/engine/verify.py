@@ -374,8 +374,12 @@ def render_report(report: VerifyReport) -> str:
     lines = [f"kvdiag verify {report.entry_id}: {stack} on {report.commit[:12]}", ""]
     lines.append(tabulate(rows, headers=["", "before", f"after (+ {stack})"]))
     lines.append("")
-    lines.append(f"before: {b.outcome.reason}")
-    lines.append(f"after:  {a.outcome.reason}")
+    from kvdiag.report.held_back import held_back_lines, one_line
+
+    lines.append(f"before: {one_line(b.outcome.reason)}")
+    lines.append(f"after:  {one_line(a.outcome.reason)}")
+    inconclusive = [o.reason for o in (b.outcome, a.outcome) if o.verdict.value == "inconclusive"]
+    lines += held_back_lines(inconclusive)
     lines.append("")
     lines.append(f"conclusion: {report.headline or report.conclusion.value}")
     lines.append(f"  {report.explanation}")

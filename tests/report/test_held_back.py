@@ -69,3 +69,16 @@ def test_sweep_table_lists_each_inconclusive_reason_and_the_held_back_summary():
     assert f"D2 inconclusive: the signature did not match, but {NOT_RUN}" in lines
     assert "D11 inconclusive: timed out after 60 s while running" in lines
     assert lines[-1] == "held back: 1 by synccheck's control (not run on this machine); fix: kvdiag doctor"
+
+
+def test_verify_text_gives_each_side_on_one_line_and_what_held_the_after_back():
+    from kvdiag.engine.verify import Conclusion, Side, VerifyReport, render_report
+
+    before = Side("before", Path("b"), Outcome("D2", Verdict.CONFIRMED, "1/1 runs matched\nthe signature", ()))
+    after = Side("after", Path("a"), Outcome("D2", Verdict.INCONCLUSIVE,
+                                             f"the signature did not match, but {NOT_RUN}", ()))
+    report = VerifyReport("D2", ("D2-fix-uniform-barrier",), Path("src"), "d99724f2" * 5, before, after,
+                          Conclusion.INCONCLUSIVE, "x", True, "", "")
+    lines = render_report(report).splitlines()
+    assert "before: 1/1 runs matched the signature" in lines
+    assert "held back: 1 by synccheck's control (not run on this machine); fix: kvdiag doctor" in lines
