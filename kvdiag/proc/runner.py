@@ -50,9 +50,9 @@ import json
 import os
 import signal as _signal
 import threading
-import warnings
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -65,18 +65,20 @@ import sh
 warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork\(\) may lead to deadlocks",
                         category=DeprecationWarning)
 
-from kvdiag.errors import KvdiagError
-from kvdiag.proc.groups import become_subreaper, killpg, reap_and_list_live, sigint_deferred
-from kvdiag.proc.logfiles import LogTexts, log_paths
+from kvdiag.errors import KvdiagError  # noqa: E402 - after the warning filter, before sh forks
+from kvdiag.proc.groups import become_subreaper, killpg, reap_and_list_live, sigint_deferred  # noqa: E402
+from kvdiag.proc.logsink import LogSink  # noqa: E402
+from kvdiag.proc.result import CommandResult  # noqa: E402
 
-# size: the runner, its log sink and the group's end; the sink is shared with the server (#18.4).
 __all__ = [
     "CommandError",
     "CommandNotFound",
     "CommandInterrupted",
     "CommandResult",
+    "StartedCommand",
     "run_command",
     "resolve_program",
+    "start_command",
 ]
 
 _POLL_S = 0.05          # how often we look at the child while it runs
@@ -97,91 +99,6 @@ class CommandInterrupted(CommandError):
     def __init__(self, message: str, result: "CommandResult"):
         super().__init__(message)
         self.result = result
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return _signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def _rel(path: Path, base: Path) -> str:
-    try:
-        return str(path.relative_to(base))
-    except ValueError:
-        return str(path)
-
-
-@dataclass(frozen=True)
-class CommandResult(LogTexts):
-    """What happened to one command. Its output is in the log files, not in memory."""
-
-    argv: tuple[str, ...]
-    returncode: int | None      # exit status when it exited normally; None when killed by a signal
-    signal: int | None          # signal number that ended it (ours on timeout/interrupt, or its own)
-    timed_out: bool
-    interrupted: bool           # Ctrl-C in kvdiag
-    duration_s: float
-    log_dir: Path
-    stdout_path: Path
-    stderr_path: Path
-    combined_path: Path
-    started_at: str             # ISO-8601 UTC
-    executable: str = ""        # argv[0] as resolved and executed
-    pid: int | None = None
-    timeout_s: float | None = None
-    survivors: tuple[int, ...] = field(default=())   # pids of the group still alive after SIGKILL (D state)
-    quiet_s: float | None = None   # the quiet_timeout, when that is what stopped it
-
-    @property
-    def ok(self) -> bool:
-        """Exited with status 0 by itself (not after our timeout kill or Ctrl-C)."""
-        return self.returncode == 0 and not self.timed_out and not self.interrupted
-
-    def describe(self) -> str:
-        if self.interrupted:
-            return "interrupted"
-        if self.timed_out:
-            if self.quiet_s is not None:
-                return (f"timed out: no output for {self.quiet_s:.1f} s, {self.duration_s:.1f} s in all "
-                        "(process group killed)")
-            t = self.timeout_s if self.timeout_s is not None else self.duration_s
-            return f"timed out after {t:.1f} s (process group killed)"
-        if self.signal is not None:
-            return f"killed by {_signal_name(self.signal)} ({self.signal})"
-        if self.returncode is not None:
-            return f"exit {self.returncode}"
-        return "ended with an unknown status"
-
-    def to_dict(self) -> dict:
-        return result_dict(self)
-
-
-def result_dict(result) -> dict:
-    """A process result as JSON data, paths relative to the run directory (shared by the
-    runner's CommandResult and the server executor's ServerResult)."""
-    base = result.log_dir.parent
-    return {
-        "argv": list(result.argv),
-        "executable": result.executable,
-        "pid": result.pid,
-        "returncode": result.returncode,
-        "signal": result.signal,
-        "signal_name": _signal_name(result.signal) if result.signal is not None else None,
-        "timed_out": result.timed_out,
-        "interrupted": result.interrupted,
-        "timeout_s": result.timeout_s,
-        "duration_s": round(result.duration_s, 3),
-        "started_at": result.started_at,
-        "ok": result.ok,
-        "description": result.describe(),
-        "survivors": list(result.survivors),
-        "log_dir": _rel(result.log_dir, base),
-        "stdout_path": _rel(result.stdout_path, base),
-        "stderr_path": _rel(result.stderr_path, base),
-        "combined_path": _rel(result.combined_path, base),
-    }
 
 
 # --------------------------------------------------------------------------- helpers
@@ -234,95 +151,6 @@ def resolve_program(program: str | os.PathLike, *, path_env: str | None = None,
     raise CommandNotFound(f"program not found on PATH: {prog}")
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-class _LogSink:
-    """Receives chunks from sh's reader thread and writes lines to the three logs."""
-
-    def __init__(self, log_dir: Path, name: str, tty: bool,
-                 on_output: Callable[[str, str], None] | None):
-        self.paths = log_paths(log_dir, name)
-        # buffering=0: every write is a write(2); a kill of kvdiag loses nothing written.
-        self.files = {k: open(p, "wb", buffering=0) for k, p in self.paths.items()}
-        self.partial = {"stdout": b"", "stderr": b""}
-        self.crlf = {"stdout": tty, "stderr": False}
-        self.on_output = on_output
-        self.callback_errors = 0
-        self.first_callback_error: str | None = None
-        self.write_errors = 0
-        self.lock = threading.Lock()
-        self.closed = False
-        self.last_output = time.monotonic()   # when the last chunk arrived (quiet_timeout)
-
-    def callback(self, stream: str) -> Callable[[object], None]:
-        def cb(chunk):  # one argument: sh passes the chunk only
-            try:
-                raw = chunk if isinstance(chunk, bytes) else chunk.encode("utf-8")
-                self.feed(stream, raw)
-            except Exception:  # never kill sh's reader thread
-                self.write_errors += 1
-            return None
-        return cb
-
-    def feed(self, stream: str, data: bytes) -> None:
-        self.last_output = time.monotonic()
-        with self.lock:
-            if self.closed:
-                return
-            buf = self.partial[stream] + data
-            lines = buf.split(b"\n")
-            self.partial[stream] = lines.pop()
-            for line in lines:
-                self._emit(stream, line, b"\n")
-
-    def _emit(self, stream: str, line: bytes, end: bytes) -> None:
-        if self.crlf[stream] and line.endswith(b"\r"):
-            line = line[:-1]
-        data = line + end
-        self.files[stream].write(data)
-        self.files["combined"].write(data)
-        if self.on_output is not None:
-            try:
-                self.on_output(stream, line.decode("utf-8", errors="replace"))
-            except Exception as exc:  # a broken progress display must not end the run
-                self.callback_errors += 1
-                if self.first_callback_error is None:
-                    self.first_callback_error = f"{type(exc).__name__}: {exc}"
-
-    def close(self) -> None:
-        with self.lock:
-            if self.closed:
-                return
-            for stream in ("stdout", "stderr"):
-                rest = self.partial[stream]
-                self.partial[stream] = b""
-                if rest:
-                    if self.crlf[stream] and rest.endswith(b"\r"):
-                        rest = rest[:-1]
-                    try:
-                        self._emit(stream, rest, b"")
-                    except OSError:
-                        self.write_errors += 1
-            self.closed = True
-            for f in self.files.values():
-                try:
-                    f.close()
-                except OSError:
-                    pass
-
-
 def _child_setup(pid_fd: int) -> None:
     """In the forked child, before exec.
 
@@ -357,9 +185,161 @@ def _write_json(path: Path, doc: dict) -> None:
     os.replace(tmp, path)
 
 
+# --------------------------------------------------------------------------- starting
+
+
+class StartedCommand:
+    """A program running in its own session and process group, its output streaming to its logs.
+
+    :func:`run_command` holds one until the program ends; the server executor holds
+    one while it talks to the server. Either way the program was started, is
+    watched and is ended the same way: ``alive()``/``status()`` while it runs,
+    ``end_group()`` to make sure nothing of its group lives on, ``finish()`` to
+    drain the output and close the logs.
+    """
+
+    def __init__(self, running, *, args: list[str], executable: str, log_dir: Path, name: str,
+                 sink: LogSink, started_at: str, started: float, cmd_json: Path, doc: dict):
+        self.running = running
+        self.args = args
+        self.executable = executable
+        self.log_dir = log_dir
+        self.name = name
+        self.sink = sink
+        self.started_at = started_at
+        self.started = started          # time.monotonic() just before the start
+        self.cmd_json = cmd_json
+        self.doc = doc                  # what <name>.cmd.json says; record() rewrites it
+        self.pid: int = running.pid
+        self.pgid: int = running.pgid
+
+    @property
+    def paths(self) -> dict[str, Path]:
+        return self.sink.paths
+
+    def alive(self) -> bool:
+        """Whether the leader still runs (reaps it once it exited)."""
+        try:
+            return self.running.is_alive()
+        except OSError:
+            return False
+
+    def status(self) -> int | None:
+        """The leader's exit code once it exited (negative: the signal), else None."""
+        if self.alive():
+            return None
+        return getattr(self.running.process, "exit_code", None)
+
+    def quiet_for(self) -> float:
+        """Seconds since the last output arrived (since the start when none did)."""
+        return time.monotonic() - self.sink.last_output
+
+    def end_group(self, *, terminate: bool, grace: float) -> tuple[list[int], str | None]:
+        """Nothing of the group lives on afterwards: (survivors after SIGKILL, the last signal we sent).
+
+        ``terminate`` False: the group is signalled only when something of it still lives."""
+        return _finish_group(self.running, self.pid, self.pgid, terminate=terminate, grace=grace)
+
+    def finish(self, survivors: Sequence[int]) -> int | None:
+        """After end_group(): the leader's exit code (None if it survived), all output drained, logs closed."""
+        exit_code = _final_status(self.running, alive=bool(survivors and self.pid in survivors))
+        self.sink.close()
+        return exit_code
+
+    def record(self) -> None:
+        _write_json(self.cmd_json, self.doc)
+
+
+def start_command(argv: Sequence[str | os.PathLike], *, log_dir: Path, name: str,
+                  env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
+                  cwd: Path | None = None, tty: bool = False,
+                  on_output: Callable[[str, str], None] | None = None,
+                  record: Mapping[str, object] | None = None) -> StartedCommand:
+    """Start ``argv`` in its own session and return at once (see :func:`run_command` for the rules).
+
+    ``<name>.cmd.json`` is written before the start (``record`` adds keys to it);
+    a program that is missing or cannot be executed raises :class:`CommandNotFound`
+    and leaves nothing running.
+    """
+    args = [os.fspath(a) for a in argv]
+    if not args:
+        raise ValueError("a command needs a non-empty argv")
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"bad log name {name!r}: one plain file-name component is needed")
+    if cwd is not None and not Path(cwd).is_dir():
+        raise CommandError(f"working directory does not exist: {cwd}")
+    child_env = _effective_env(env, env_overrides)
+    executable = resolve_program(args[0], path_env=child_env.get("PATH", os.defpath), cwd=cwd)
+
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    cmd_json = log_dir / f"{name}.cmd.json"
+    sink = LogSink(log_dir, name, tty, on_output)
+    become_subreaper()
+    started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    doc: dict = {
+        "name": name, "argv": args, "executable": executable, "cwd": str(cwd) if cwd is not None else None,
+        "env_overrides": dict(env_overrides or {}), "env_replaced": env is not None, "tty": tty,
+        **dict(record or {}),
+        "started_at": started_at, "pid": None, "logs": {k: p.name for k, p in sink.paths.items()}, "result": None,
+    }
+    _write_json(cmd_json, doc)
+    started = time.monotonic()
+    running = _spawn(args, executable, child_env, cwd, tty, sink, cmd_json, doc)
+    command = StartedCommand(running, args=args, executable=executable, log_dir=log_dir, name=name, sink=sink,
+                             started_at=started_at, started=started, cmd_json=cmd_json, doc=doc)
+    doc["pid"] = command.pid
+    command.record()
+    return command
+
+
+def _spawn(args: list[str], executable: str, child_env: dict[str, str], cwd: Path | None, tty: bool,
+           sink: LogSink, cmd_json: Path, doc: dict):
+    """sh's RunningCommand for the child, or CommandNotFound (the failed child reaped, the logs closed)."""
+    devnull = open(os.devnull, "rb")
+    pid_r, pid_w = os.pipe()
+    try:
+        return sh.Command(executable)(
+            *args[1:],
+            _bg=True, _bg_exc=False, _new_session=True,
+            _in=devnull,
+            _out=sink.callback("stdout"), _err=sink.callback("stderr"),
+            _out_bufsize=1, _err_bufsize=1,
+            _tty_out=tty, _env=child_env, _cwd=str(cwd) if cwd is not None else None,
+            _ok_code=list(range(-128, 256)),   # every status is a result, not an exception
+            _encoding="utf-8", _decode_errors="strict",  # undecodable chunks arrive as bytes
+            _no_out=True, _no_err=True, _no_pipe=True,
+            _preexec_fn=functools.partial(_child_setup, pid_w),
+        )
+    except sh.ForkException as exc:
+        os.close(pid_w)
+        pid_w = -1
+        failed = _read_child_pid(pid_r)
+        pid_r = -1
+        if failed is not None:
+            try:
+                os.waitpid(failed, 0)      # sh leaves the failed child unreaped
+            except ChildProcessError:
+                pass
+        sink.close()
+        last = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        reason = last[-1].strip() if last else "exec failed"
+        doc["result"] = {"error": f"cannot execute: {reason}"}
+        _write_json(cmd_json, doc)
+        raise CommandNotFound(f"cannot execute {args[0]}: {reason}") from None
+    except BaseException:
+        sink.close()
+        raise
+    finally:
+        for fd in (pid_w, pid_r):
+            if fd >= 0:
+                os.close(fd)
+        devnull.close()
+
+
 # --------------------------------------------------------------------------- the runner
 
-# size: start, watch and finish share the child's state; being split into those parts (#18.4).
+
 def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: Path, name: str,
                 env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                 cwd: Path | None = None, tty: bool = False,
@@ -389,195 +369,110 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     missing or not executable, and :class:`CommandInterrupted` (with ``.result``)
     after Ctrl-C. A program's failure is a result, never an exception.
     """
-    args = [os.fspath(a) for a in argv]
-    if not args:
-        raise ValueError("run_command needs a non-empty argv")
-    if not name or "/" in name or name in (".", ".."):
-        raise ValueError(f"bad log name {name!r}: one plain file-name component is needed")
     if timeout is None or timeout <= 0:
         raise ValueError("timeout must be a positive number of seconds")
-    if cwd is not None and not Path(cwd).is_dir():
-        raise CommandError(f"working directory does not exist: {cwd}")
-
-    child_env = _effective_env(env, env_overrides)
-    executable = resolve_program(args[0], path_env=child_env.get("PATH", os.defpath), cwd=cwd)
-
-    log_dir = Path(log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    cmd_json = log_dir / f"{name}.cmd.json"
-    sink = _LogSink(log_dir, name, tty, on_output)
-    become_subreaper()
-
-    started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    doc: dict = {
-        "name": name,
-        "argv": args,
-        "executable": executable,
-        "cwd": str(cwd) if cwd is not None else None,
-        "env_overrides": dict(env_overrides or {}),
-        "env_replaced": env is not None,
-        "tty": tty,
-        "timeout_s": timeout,
-        "kill_grace_s": kill_grace,
-        "started_at": started_at,
-        "pid": None,
-        "logs": {k: p.name for k, p in sink.paths.items()},
-        "result": None,
-    }
-    _write_json(cmd_json, doc)
-
-    devnull = open(os.devnull, "rb")
-    pid_r, pid_w = os.pipe()
-    t0 = time.monotonic()
+    command = start_command(argv, log_dir=log_dir, name=name, env=env, env_overrides=env_overrides, cwd=cwd,
+                            tty=tty, on_output=on_output,
+                            record={"timeout_s": timeout, "kill_grace_s": kill_grace})
+    watch = _Watch()
     try:
-        running = sh.Command(executable)(
-            *args[1:],
-            _bg=True, _bg_exc=False, _new_session=True,
-            _in=devnull,
-            _out=sink.callback("stdout"), _err=sink.callback("stderr"),
-            _out_bufsize=1, _err_bufsize=1,
-            _tty_out=tty, _env=child_env, _cwd=str(cwd) if cwd is not None else None,
-            _ok_code=list(range(-128, 256)),   # every status is a result, not an exception
-            _encoding="utf-8", _decode_errors="strict",  # undecodable chunks arrive as bytes
-            _no_out=True, _no_err=True, _no_pipe=True,
-            _preexec_fn=functools.partial(_child_setup, pid_w),
-        )
-    except sh.ForkException as exc:
-        os.close(pid_w)
-        failed = _read_child_pid(pid_r)
-        if failed is not None:
-            try:
-                os.waitpid(failed, 0)      # sh leaves the failed child unreaped
-            except ChildProcessError:
-                pass
-        sink.close()
-        devnull.close()
-        last = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-        reason = last[-1].strip() if last else "exec failed"
-        doc["result"] = {"error": f"cannot execute: {reason}"}
-        _write_json(cmd_json, doc)
-        raise CommandNotFound(f"cannot execute {args[0]}: {reason}") from None
-    except BaseException:
-        os.close(pid_w)
-        os.close(pid_r)
-        sink.close()
-        devnull.close()
-        raise
-    os.close(pid_w)
-    os.close(pid_r)
-    devnull.close()
-
-    pid = running.pid
-    pgid = running.pgid
-    timed_out = False
-    quiet_for: float | None = None
-    interrupted = False
-    end_time: float | None = None
-    deadline = t0 + timeout
-    cancelled = False
-    try:
-        doc["pid"] = pid
-        _write_json(cmd_json, doc)
-        while True:
-            if not running.is_alive():
-                end_time = time.monotonic()
-                break
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if quiet_timeout is not None and now - sink.last_output >= quiet_timeout:
-                timed_out = True
-                quiet_for = quiet_timeout
-                break
-            if cancel is not None and cancel.is_set():
-                interrupted = cancelled = True
-                break
-            time.sleep(min(_POLL_S, max(deadline - now, 0.001)))
+        watch.until_done(command, deadline=command.started + timeout, quiet_timeout=quiet_timeout, cancel=cancel)
     except KeyboardInterrupt:
-        interrupted = True
-
+        watch.interrupted = True
     with sigint_deferred() as extra_sigints:
-        survivors, killed_group = _finish_group(running, pid, pgid,
-                                                terminate=timed_out or interrupted,
-                                                grace=kill_grace)
-        if end_time is None:
-            end_time = time.monotonic()
-        exit_code = _final_status(running, alive=bool(survivors and pid in survivors))
-        sink.close()
-
-        returncode: int | None = None
-        sig: int | None = None
-        if exit_code is not None:
-            if exit_code < 0:
-                sig = -exit_code
-            else:
-                returncode = exit_code
-        result = CommandResult(
-            argv=tuple(args), returncode=returncode, signal=sig, timed_out=timed_out,
-            interrupted=interrupted, duration_s=end_time - t0, log_dir=log_dir,
-            stdout_path=sink.paths["stdout"], stderr_path=sink.paths["stderr"],
-            combined_path=sink.paths["combined"], started_at=started_at,
-            executable=executable, pid=pid, timeout_s=timeout, survivors=tuple(survivors),
-            quiet_s=quiet_for,
-        )
-        res = result.to_dict()
-        res.update({
-            "group_killed": killed_group,
-            "callback_errors": sink.callback_errors,
-            "first_callback_error": sink.first_callback_error,
-            "log_write_errors": sink.write_errors,
-        })
-        doc["result"] = res
-        _write_json(cmd_json, doc)
+        result = _finish(command, watch, timeout=timeout, kill_grace=kill_grace)
         if extra_sigints:
-            interrupted = True
-
-    if cancelled and not extra_sigints:
+            watch.interrupted = True
+    if watch.cancelled and not extra_sigints:
         return result
-    if interrupted:
+    if watch.interrupted:
         if not result.interrupted:  # Ctrl-C arrived during the cleanup only
-            result = _replace_interrupted(result)
-            doc["result"]["interrupted"] = True
-            doc["result"]["description"] = result.describe()
-            _write_json(cmd_json, doc)
-        raise CommandInterrupted(f"interrupted: {name} ({args[0]}) was stopped", result)
+            result = replace(result, interrupted=True)
+            command.doc["result"].update(interrupted=True, description=result.describe())
+            command.record()
+        raise CommandInterrupted(f"interrupted: {name} ({command.args[0]}) was stopped", result)
     return result
 
 
-def _replace_interrupted(result: CommandResult) -> CommandResult:
-    from dataclasses import replace
-    return replace(result, interrupted=True)
+class _Watch:
+    """How the wait for a command ended: by itself, a deadline, silence, a cancel or Ctrl-C."""
+
+    def __init__(self) -> None:
+        self.timed_out = False
+        self.quiet_for: float | None = None
+        self.interrupted = False
+        self.cancelled = False
+        self.end_time: float | None = None
+
+    def until_done(self, command: StartedCommand, *, deadline: float, quiet_timeout: float | None,
+                   cancel: threading.Event | None) -> None:
+        while True:
+            if not command.running.is_alive():
+                self.end_time = time.monotonic()
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                self.timed_out = True
+                return
+            if quiet_timeout is not None and command.quiet_for() >= quiet_timeout:
+                self.timed_out = True
+                self.quiet_for = quiet_timeout
+                return
+            if cancel is not None and cancel.is_set():
+                self.interrupted = self.cancelled = True
+                return
+            time.sleep(min(_POLL_S, max(deadline - now, 0.001)))
+
+
+def _finish(command: StartedCommand, watch: _Watch, *, timeout: float, kill_grace: float) -> CommandResult:
+    """End the group, drain the logs, and record the result in cmd.json."""
+    survivors, signalled = command.end_group(terminate=watch.timed_out or watch.interrupted, grace=kill_grace)
+    end_time = watch.end_time if watch.end_time is not None else time.monotonic()
+    exit_code = command.finish(survivors)
+    paths = command.paths
+    result = CommandResult(
+        argv=tuple(command.args), returncode=exit_code if exit_code is not None and exit_code >= 0 else None,
+        signal=-exit_code if exit_code is not None and exit_code < 0 else None, timed_out=watch.timed_out,
+        interrupted=watch.interrupted, duration_s=end_time - command.started, log_dir=command.log_dir,
+        stdout_path=paths["stdout"], stderr_path=paths["stderr"], combined_path=paths["combined"],
+        started_at=command.started_at, executable=command.executable, pid=command.pid, timeout_s=timeout,
+        survivors=tuple(survivors), quiet_s=watch.quiet_for,
+    )
+    sink = command.sink
+    command.doc["result"] = {**result.to_dict(), "group_killed": signalled is not None,
+                             "callback_errors": sink.callback_errors,
+                             "first_callback_error": sink.first_callback_error,
+                             "log_write_errors": sink.write_errors}
+    command.record()
+    return result
 
 
 def _finish_group(running, leader: int, pgid: int, *, terminate: bool,
-                  grace: float) -> tuple[list[int], bool]:
-    """Make sure nothing of the group lives on. Returns (survivors, whether we signalled it)."""
+                  grace: float) -> tuple[list[int], str | None]:
+    """Make sure nothing of the group lives on. Returns (survivors, the last signal we sent, if any)."""
     live = reap_and_list_live(pgid, leader)
     if not terminate and live == []:
-        return [], False
+        return [], None
     # Either we must stop it (timeout, Ctrl-C), or the leader exited and left
     # members of its group behind: they die with it.
     killpg(pgid, _signal.SIGTERM)
     killpg(pgid, _signal.SIGCONT)      # a stopped process handles SIGTERM only once continued
-    end = time.monotonic() + max(grace, 0.0)
-    while True:
-        _poll_leader(running)
-        live = reap_and_list_live(pgid, leader)
-        if live == []:
-            return [], True
-        if time.monotonic() >= end:
-            break
-        time.sleep(0.02)
+    if _wait_group_gone(running, leader, pgid, grace) == []:
+        return [], "SIGTERM"
     killpg(pgid, _signal.SIGKILL)
-    end = time.monotonic() + _AFTER_KILL_WAIT_S
+    return list(_wait_group_gone(running, leader, pgid, _AFTER_KILL_WAIT_S) or []), "SIGKILL"
+
+
+def _wait_group_gone(running, leader: int, pgid: int, seconds: float) -> list[int] | None:
+    """Poll until the group is gone ([]) or ``seconds`` passed (the pids still alive; None without /proc)."""
+    end = time.monotonic() + max(seconds, 0.0)
     while True:
         _poll_leader(running)
         live = reap_and_list_live(pgid, leader)
         if live == []:
-            return [], True
+            return []
         if time.monotonic() >= end:
-            return list(live or []), True
+            return live
         time.sleep(0.02)
 
 

@@ -1,29 +1,20 @@
 """Starting, watching and stopping ``llama-server`` for a repro step of kind ``server``.
 
-Why a server does not go through :func:`kvdiag.proc.runner.run_command`
-----------------------------------------------------------------------
+How a server differs from other commands
+----------------------------------------
 ``run_command`` is run-to-completion: it starts a program, blocks until it exits
 or its deadline passes, and only then returns a result. A server never finishes
-by itself. kvdiag has to talk to it *while it runs* (poll ``/health``, send the
-completions, notice it dying mid-request) and then end it. So this module is the
-one sanctioned exception to "every external command goes through
-run_command", and it keeps that layer's rules:
+by itself: kvdiag has to talk to it *while it runs* (poll ``/health``, send the
+completions, notice it dying mid-request) and then end it. So the server is
+started with the runner's own :func:`~kvdiag.proc.runner.start_command` (same
+program lookup, own session and process group, logs streamed line by line to
+``<name>.{stdout,stderr,combined}.log``, subreaper and reaping) and ended with
+the same group kill; only the talking and the stop protocol live here:
 
-* argv is a list, never a shell string; the program is resolved (and a missing
-  one reported as :class:`~kvdiag.proc.runner.CommandNotFound` before anything
-  starts) by the runner's own ``resolve_program``;
-* the server runs in its own session, so its own process group
-  (``subprocess.Popen(start_new_session=True)``); stopping it is SIGTERM to the
-  whole group, a grace period, SIGKILL to the group, then reaping. kvdiag makes
-  itself a child subreaper (Linux), so grandchildren orphaned by the group kill
-  (a sanitizer's target, a helper the server forked) are re-parented to kvdiag
-  and reaped here by pid: no orphans, no zombies;
-* stdout and stderr are read by one thread as the data arrives and written,
-  line by line, unbuffered, to ``<name>.stdout.log``, ``<name>.stderr.log`` and
-  ``<name>.combined.log`` in the run's log folder (the runner's naming, so the
-  engine's ``observe()`` reads them like any command's), and
-  ``<name>.cmd.json`` records the command, the port and, at the end, the
-  result. Each request and its answer go to ``<name>.requests.jsonl``.
+* stopping a server under compute-sanitizer signals the server first and lets
+  the launcher write its summary (see :meth:`ServerProcess.stop`);
+* ``<name>.cmd.json`` records the command, the port and, at the end, the
+  result; each request and its answer go to ``<name>.requests.jsonl``.
 
 The port is chosen free on 127.0.0.1 (bind to port 0, read it, release it) and
 passed as ``--host 127.0.0.1 --port N`` *appended* to the argv: llama-server
@@ -41,20 +32,17 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import signal as _signal
 import socket
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from kvdiag.proc.groups import group_members, sigint_deferred
 from kvdiag.proc.logfiles import log_paths
-from kvdiag.proc.groups import become_subreaper, group_members, killpg, reap_and_list_live, sigint_deferred
-from kvdiag.proc.runner import CommandError, CommandInterrupted, CommandNotFound, resolve_program
+from kvdiag.proc.runner import CommandError, CommandInterrupted, StartedCommand, start_command
 from kvdiag.registry.entry import Step
 from kvdiag.server.client import HOST, CompletionRequest, Reply, completion_requests, get_health, post_completion
 from kvdiag.server.outcome import (RequestRecord, ServerOutcome, ServerResult, cuda_error_lines, draft_stats,
@@ -63,10 +51,9 @@ from kvdiag.server.outcome import (RequestRecord, ServerOutcome, ServerResult, c
 __all__ = ["ServerProcess", "StopReport", "free_port", "with_address", "run_server_attempt"]
 
 STOP_GRACE_S = 5.0          # SIGTERM → SIGKILL
-AFTER_KILL_WAIT_S = 10.0    # how long the group may take to vanish after SIGKILL (D-state GPU processes)
 DEATH_DRAIN_S = 5.0         # the server died mid-request: how long the request may take to notice
 EXIT_WAIT_S = 10.0          # a connection dropped: how long the server may take to finish dying (backtraces)
-PUMP_JOIN_S = 5.0           # after the group is gone, how long the log pump may take to drain the pipes
+JOIN_S = 5.0                # after the server is stopped, how long a request thread may take to return
 HEALTH_POLL_MAX_S = 0.5
 HEALTH_REQUEST_TIMEOUT_S = 2.0
 _POLL_S = 0.05
@@ -86,97 +73,6 @@ def with_address(argv: Sequence[str], host: str, port: int) -> tuple[str, ...]:
     return (*argv, "--host", host, "--port", str(port))
 
 
-# --------------------------------------------------------------------------- process groups
-
-_subreaper_lock = threading.Lock()
-_subreaper_done = False
-
-
-
-
-
-
-
-
-
-
-# size: a second process stack beside proc/runner.py, being folded into it (#18.4).
-# --------------------------------------------------------------------------- logs
-
-class _LogPump:
-    """One thread reads both pipes as data arrives and writes whole lines to the three logs."""
-
-    def __init__(self, log_dir: Path, name: str, on_output: Callable[[str, str], None] | None):
-        self.paths = log_paths(log_dir, name)
-        # buffering=0: every line is a write(2); a killed kvdiag loses nothing already read.
-        self.files = {k: open(p, "wb", buffering=0) for k, p in self.paths.items()}
-        self.partial = {"stdout": b"", "stderr": b""}
-        self.on_output = on_output
-        self.errors = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._pipes: list[Any] = []
-
-    def start(self, stdout, stderr, label: str) -> None:
-        self._pipes = [stdout, stderr]
-        self._thread = threading.Thread(target=self._run, args=(stdout, stderr), daemon=True,
-                                        name=f"kvdiag-server-logs-{label}")
-        self._thread.start()
-
-    def _run(self, stdout, stderr) -> None:
-        selector = selectors.DefaultSelector()
-        try:
-            selector.register(stdout, selectors.EVENT_READ, "stdout")
-            selector.register(stderr, selectors.EVENT_READ, "stderr")
-            open_pipes = 2
-            while open_pipes and not self._stop.is_set():
-                for key, _ in selector.select(timeout=0.1):
-                    data = os.read(key.fd, 65536)
-                    if not data:
-                        selector.unregister(key.fileobj)
-                        open_pipes -= 1
-                        continue
-                    self._feed(key.data, data)
-        except Exception:  # never let the reader die silently with the server still writing
-            self.errors += 1
-        finally:
-            selector.close()
-
-    def _feed(self, stream: str, data: bytes) -> None:
-        lines = (self.partial[stream] + data).split(b"\n")
-        self.partial[stream] = lines.pop()
-        for line in lines:
-            self._emit(stream, line + b"\n")
-
-    def _emit(self, stream: str, data: bytes) -> None:
-        self.files[stream].write(data)
-        self.files["combined"].write(data)
-        if self.on_output is not None:
-            try:
-                self.on_output(stream, data.rstrip(b"\n").decode("utf-8", errors="replace"))
-            except Exception:  # a broken progress display must not end the run
-                self.errors += 1
-
-    def finish(self) -> None:
-        """After the process group is gone: drain what is left, flush partial lines, close."""
-        if self._thread is not None:
-            self._thread.join(PUMP_JOIN_S)
-            if self._thread.is_alive():      # a writer escaped the group: stop reading
-                self._stop.set()
-                self._thread.join(1.0)
-        for stream in ("stdout", "stderr"):
-            rest, self.partial[stream] = self.partial[stream], b""
-            if rest:
-                try:
-                    self._emit(stream, rest)
-                except OSError:
-                    self.errors += 1
-        for f in self.files.values():
-            f.close()
-        for pipe in self._pipes:
-            pipe.close()
-
-
 # --------------------------------------------------------------------------- the process
 
 @dataclass(frozen=True)
@@ -194,7 +90,7 @@ class StopReport:
 
 
 class ServerProcess:
-    """A long-running program in its own session, its output streamed to the run's logs.
+    """A long-running program started through the runner, its output streamed to the run's logs.
 
     ``start()`` → ``poll()`` while talking to it → ``stop()`` → ``close()``; as a
     context manager it is stopped and closed on the way out whatever happened.
@@ -218,41 +114,22 @@ class ServerProcess:
         self.started_at = ""
         self.started = 0.0
         self.ended: float | None = None
-        self._popen: subprocess.Popen | None = None
-        self._pump: _LogPump | None = None
+        self._command: StartedCommand | None = None
         self._stop_report: StopReport | None = None
-
-    # ------------------------------------------------------------------ start
+        self._closed = False
 
     def start(self) -> "ServerProcess":
-        env = dict(os.environ)
-        for key, value in self.env_overrides.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise TypeError(f"environment entries must be str: {key!r}={value!r}")
-            env[key] = value
-        if self.cwd is not None and not Path(self.cwd).is_dir():
-            raise CommandError(f"working directory does not exist: {self.cwd}")
-        self.executable = resolve_program(self.argv[0], path_env=env.get("PATH", os.defpath), cwd=self.cwd)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        pump = _LogPump(self.log_dir, self.name, self.on_output)
-        become_subreaper()
-        self.started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        self.started = time.monotonic()
-        try:
-            self._popen = subprocess.Popen(
-                [self.executable, *self.argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True, env=env, cwd=self.cwd, bufsize=0,
-                close_fds=True)
-        except OSError as exc:
-            pump.finish()
-            raise CommandNotFound(f"cannot execute {self.argv[0]}: {exc.strerror or exc}") from None
-        self._pump = pump
-        pump.start(self._popen.stdout, self._popen.stderr, self.name)
+        self._command = start_command(self.argv, log_dir=self.log_dir, name=self.name,
+                                      env_overrides=self.env_overrides, cwd=self.cwd, on_output=self.on_output,
+                                      record={"kind": "server"})
+        self.executable = self._command.executable
+        self.started_at = self._command.started_at
+        self.started = self._command.started
         return self
 
     @property
     def pid(self) -> int | None:
-        return self._popen.pid if self._popen is not None else None
+        return self._command.pid if self._command is not None else None
 
     @property
     def pgid(self) -> int | None:
@@ -264,57 +141,33 @@ class ServerProcess:
 
     def poll(self) -> int | None:
         """The leader's status once it exited (negative: the signal), else None. Reaps it."""
-        if self._popen is None:
+        if self._command is None:
             return None
-        code = self._popen.poll()
+        code = self._command.status()
         if code is not None and self.ended is None:
             self.ended = time.monotonic()
         return code
 
     @property
     def alive(self) -> bool:
-        return self._popen is not None and self.poll() is None
-
-    # ------------------------------------------------------------------ stop
-
-    def _live_members(self) -> list[int] | None:
-        """Reap what can be reaped in the group; the pids still to wait for (None without /proc)."""
-        assert self._popen is not None
-        self.poll()
-        return reap_and_list_live(self.pgid, self.pid)
-
-    def _wait_group(self, seconds: float) -> list[int]:
-        end = time.monotonic() + seconds
-        while True:
-            live = self._live_members()
-            if live == [] and self.poll() is not None:
-                return []
-            if time.monotonic() >= end:
-                return list(live or ([self.pid] if self.poll() is None else []))
-            time.sleep(0.02)
+        return self._command is not None and self.poll() is None
 
     def stop(self, grace: float = STOP_GRACE_S) -> StopReport:
-        """End the whole group: SIGTERM, ``grace`` seconds, SIGKILL; reap. Idempotent."""
+        """End the whole group (SIGTERM, ``grace`` seconds, SIGKILL), reap, drain the logs. Idempotent."""
         if self._stop_report is not None:
             return self._stop_report
-        if self._popen is None:
+        if self._command is None:
             raise CommandError("the server was never started")
         by_itself = self.poll() is not None
         stopped_with = None
         if self.wrapped and not by_itself and self._stop_target_first(grace):
             stopped_with = "SIGTERM to the target"
-        live = self._live_members()
-        if not (self.poll() is not None and live == []):
-            # Either it is running, or its leader died and left members of its group: they go too.
-            killpg(self.pgid, _signal.SIGTERM)
-            killpg(self.pgid, _signal.SIGCONT)    # a stopped process acts on SIGTERM only once continued
-            stopped_with = "SIGTERM"
-            live = self._wait_group(grace)
-            if live:
-                killpg(self.pgid, _signal.SIGKILL)
-                stopped_with = "SIGKILL"
-                live = self._wait_group(AFTER_KILL_WAIT_S)
-        code = self.poll()       # when it died by itself first, its own status stands
+        # Running, or its leader died and left members of its group: they go too.
+        live, signalled = self._command.end_group(terminate=False, grace=grace)
+        stopped_with = signalled or stopped_with
+        code = self._command.finish(live)    # when it died by itself first, its own status stands
+        self._closed = True
+        self.poll()
         returncode = code if code is not None and code >= 0 else None
         sig = -code if code is not None and code < 0 else None
         self._stop_report = StopReport(by_itself, stopped_with, returncode, sig, tuple(live))
@@ -343,17 +196,17 @@ class ServerProcess:
         return False
 
     def close(self) -> None:
-        """Drain and close the logs (after ``stop()``)."""
-        if self._pump is not None:
-            pump, self._pump = self._pump, None
-            pump.finish()
+        """Close the logs (``stop()`` already drained them; this is for a server never stopped)."""
+        if self._command is not None and not self._closed:
+            self._closed = True
+            self._command.sink.close()
 
     def __enter__(self) -> "ServerProcess":
         return self
 
     def __exit__(self, *exc) -> None:
         try:
-            if self._popen is not None:
+            if self._command is not None:
                 self.stop()
         finally:
             self.close()
@@ -441,7 +294,7 @@ def run_server_attempt(step: Step, planned_argv: Sequence[str], env: Mapping[str
         with sigint_deferred() as extra_sigints:
             stop = server.stop(stop_grace)
             for thread in waiting:               # the server's sockets are closed now: they return
-                thread.join(PUMP_JOIN_S)
+                thread.join(JOIN_S)
             server.close()
             if extra_sigints:
                 interrupted = True

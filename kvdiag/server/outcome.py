@@ -48,7 +48,7 @@ DIED_OUTCOMES = ("connection-dropped", "server-exited")
 _CUDA_ERROR = re.compile(r"CUDA error: .*")
 LAST_LINES = 20
 from kvdiag.proc.logfiles import LogTexts
-from kvdiag.proc.runner import result_dict
+from kvdiag.proc.result import result_dict
 
 
 def signal_name(signum: int) -> str:

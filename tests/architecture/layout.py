@@ -155,3 +155,20 @@ def oversized() -> list[Oversized]:
             if not module_reasons:
                 found.append(Oversized(str(path.relative_to(PACKAGE.parent)), len(lines), MAX_MODULE_LINES))
     return found
+
+
+def process_importers() -> dict[str, set[str]]:
+    """Module → the process-starting libraries it imports (``subprocess``, ``sh``), at any depth."""
+    found: dict[str, set[str]] = {}
+    for name, path in module_files().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                roots = {node.module.split(".")[0]}
+            else:
+                continue
+            hits = roots & {"subprocess", "sh"}
+            if hits:
+                found.setdefault(name, set()).update(hits)
+    return found

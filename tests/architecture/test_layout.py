@@ -41,3 +41,10 @@ def test_a_size_reason_must_sit_where_the_reader_looks(tmp_path, monkeypatch):
     (pkg / "long.py").write_text(f"def long():\n{body}\n\n# size: a table kept whole\ndef kept():\n{body}")
     monkeypatch.setattr(layout, "PACKAGE", pkg)
     assert [o.where for o in layout.oversized()] == ["kvdiag/long.py:1 long()"]
+
+
+def test_only_the_process_layer_starts_processes():
+    """Every external command (the server too) goes through kvdiag.proc: nothing else imports
+    subprocess or sh."""
+    outside = {m: libs for m, libs in layout.process_importers().items() if not m.startswith("kvdiag.proc.")}
+    assert outside == {}

@@ -1,0 +1,94 @@
+"""The logs of a running command, written as its output arrives.
+
+Each complete line goes, as raw bytes, to ``<name>.stdout.log`` or
+``<name>.stderr.log`` and to ``<name>.combined.log`` (arrival order kept, since
+one reader thread feeds both streams), through unbuffered files: a kill of
+kvdiag loses nothing already read. ``on_output`` sees each line too; its errors
+are counted, never raised, so a broken progress display cannot end a run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from kvdiag.proc.logfiles import log_paths
+
+__all__ = ["LogSink"]
+
+
+class LogSink:
+    """Receives chunks from sh's reader thread and writes lines to the three logs."""
+
+    def __init__(self, log_dir: Path, name: str, tty: bool,
+                 on_output: Callable[[str, str], None] | None):
+        self.paths = log_paths(log_dir, name)
+        # buffering=0: every write is a write(2); a kill of kvdiag loses nothing written.
+        self.files = {k: open(p, "wb", buffering=0) for k, p in self.paths.items()}
+        self.partial = {"stdout": b"", "stderr": b""}
+        self.crlf = {"stdout": tty, "stderr": False}
+        self.on_output = on_output
+        self.callback_errors = 0
+        self.first_callback_error: str | None = None
+        self.write_errors = 0
+        self.lock = threading.Lock()
+        self.closed = False
+        self.last_output = time.monotonic()   # when the last chunk arrived (quiet_timeout)
+
+    def callback(self, stream: str) -> Callable[[object], None]:
+        def cb(chunk):  # one argument: sh passes the chunk only
+            try:
+                raw = chunk if isinstance(chunk, bytes) else chunk.encode("utf-8")
+                self.feed(stream, raw)
+            except Exception:  # never kill sh's reader thread
+                self.write_errors += 1
+            return None
+        return cb
+
+    def feed(self, stream: str, data: bytes) -> None:
+        self.last_output = time.monotonic()
+        with self.lock:
+            if self.closed:
+                return
+            buf = self.partial[stream] + data
+            lines = buf.split(b"\n")
+            self.partial[stream] = lines.pop()
+            for line in lines:
+                self._emit(stream, line, b"\n")
+
+    def _emit(self, stream: str, line: bytes, end: bytes) -> None:
+        if self.crlf[stream] and line.endswith(b"\r"):
+            line = line[:-1]
+        data = line + end
+        self.files[stream].write(data)
+        self.files["combined"].write(data)
+        if self.on_output is not None:
+            try:
+                self.on_output(stream, line.decode("utf-8", errors="replace"))
+            except Exception as exc:  # a broken progress display must not end the run
+                self.callback_errors += 1
+                if self.first_callback_error is None:
+                    self.first_callback_error = f"{type(exc).__name__}: {exc}"
+
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            for stream in ("stdout", "stderr"):
+                rest = self.partial[stream]
+                self.partial[stream] = b""
+                if rest:
+                    if self.crlf[stream] and rest.endswith(b"\r"):
+                        rest = rest[:-1]
+                    try:
+                        self._emit(stream, rest, b"")
+                    except OSError:
+                        self.write_errors += 1
+            self.closed = True
+            for f in self.files.values():
+                try:
+                    f.close()
+                except OSError:
+                    pass
