@@ -16,11 +16,12 @@ import click
 from tabulate import tabulate
 
 from kvdiag import __version__
-from kvdiag.errors import HarnessError, KvdiagError, RegistryError, UsageError
+from kvdiag.constants import SANITIZER_TOOLS
+from kvdiag.errors import CommandInterrupted, KvdiagError, UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
 from kvdiag.help_text import add_help_blocks
-from kvdiag.proc.runner import CommandInterrupted
 from kvdiag.registry.loader import Registry, load_registry
+from kvdiag.text import clip
 
 EXIT_HELP = "\n".join(f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_TABLE)
 EPILOG = f"\b\nExit codes:\n{EXIT_HELP}\n\nEach command's help lists the codes it can return, with an example."
@@ -80,18 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandInterrupted:
         click.echo("kvdiag: interrupted", err=True)
         return int(ExitCode.INTERRUPTED)
-    except UsageError as exc:
-        click.echo(f"kvdiag: {exc}", err=True)
-        return int(ExitCode.USAGE)
-    except RegistryError as exc:
-        click.echo(f"kvdiag: {exc}", err=True)
-        return int(ExitCode.DATA)
-    except HarnessError as exc:
-        click.echo(f"kvdiag: internal failure: {exc}", err=True)
-        return int(ExitCode.HARNESS)
-    except KvdiagError as exc:
-        click.echo(f"kvdiag: {exc}", err=True)
-        return int(ExitCode.HARNESS)
+    except KvdiagError as exc:          # each error carries its documented exit code (kvdiag.errors)
+        click.echo(f"kvdiag: {exc.prefix}{exc}", err=True)
+        return int(exc.exit_code)
     except Exception as exc:  # a bug in kvdiag: one line for the user, the traceback on disk
         click.echo(f"kvdiag: internal failure ({type(exc).__name__}: {exc}); {_save_traceback()}", err=True)
         return int(ExitCode.HARNESS)
@@ -137,15 +129,11 @@ def list_cmd(ctx: Context, owner: str | None, status: str | None, tool: str | No
                                 "severity": e.severity, "tools": list(e.tools), "needs": list(e.needs())}
                                for e in entries], indent=2))
     else:
-        rows = [(e.id, _clip(e.title, 58), e.owner, e.status, ",".join(e.tools) or "-", ", ".join(e.needs()) or "-")
+        rows = [(e.id, clip(e.title, 58), e.owner, e.status, ",".join(e.tools) or "-", ", ".join(e.needs()) or "-")
                 for e in entries]
         click.echo(tabulate(rows, headers=["id", "title", "owner", "status", "tools", "needs"]))
     _report_problems(registry)
     return int(ExitCode.DATA) if registry.problems else 0
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 @cli.group("registry")
@@ -404,7 +392,7 @@ def drift_cmd(ctx: Context, entry_id, build_dir, op, params, runs, fmt) -> int:
 
 @cli.command("analyze")
 @click.argument("log", type=click.Path(path_type=Path))
-@click.option("--tool", type=click.Choice(["memcheck", "racecheck", "synccheck", "initcheck"]),
+@click.option("--tool", type=click.Choice(SANITIZER_TOOLS),
               help="The sanitizer tool (detected from the text when omitted).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def analyze_cmd(log: Path, tool: str | None, fmt: str) -> int:
@@ -436,7 +424,7 @@ def runs_cmd(limit: int, entry: str | None) -> int:
             continue
         outcome = data.get("outcome") or {}
         rows.append((run.run_id, data.get("entry"), outcome.get("verdict", data.get("status")),
-                     _clip(outcome.get("reason", ""), 70), outcome.get("duration_s", "")))
+                     clip(outcome.get("reason", ""), 70), outcome.get("duration_s", "")))
     click.echo(tabulate(rows[-limit:], headers=["run", "entry", "verdict", "reason", "s"]))
     return 0
 

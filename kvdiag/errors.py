@@ -1,17 +1,97 @@
-"""Error types. The library raises these; only the CLI turns them into exits."""
+"""Every error kvdiag reports to its user, and the exit code each one means.
+
+The library raises these; only the CLI turns them into one line and an exit
+(``kvdiag.cli.main``), reading the code from the error itself, so what a failure
+means to the user is decided here, once. Parse helpers that fail on one input
+(``MarkerError``, ``ProbeFileError``, ``GGUFError``) stay ``ValueError``s beside
+their parsers: their callers turn them into one of these or into a problem line.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from kvdiag.exitcodes import ExitCode
 
 
 class KvdiagError(Exception):
     """Base for every error kvdiag reports to its user as one line."""
 
+    exit_code: ExitCode = ExitCode.HARNESS
+    prefix: str = ""                 # put before the message on the user's line
+
 
 class UsageError(KvdiagError):
     """The user asked for something that cannot be done as asked (bad id, bad path)."""
 
-
-class RegistryError(KvdiagError):
-    """The registry (or one entry) cannot be read."""
+    exit_code = ExitCode.USAGE
 
 
 class HarnessError(KvdiagError):
     """kvdiag itself failed: a bug, a disk error, an unexpected state."""
+
+    prefix = "internal failure: "
+
+
+# --------------------------------------------------------------------------- running commands
+
+
+class CommandError(KvdiagError):
+    """A command could not be run as asked (base of the runner's errors)."""
+
+
+class CommandNotFound(CommandError):
+    """The program does not exist, is not a file, or cannot be executed. Nothing was started."""
+
+
+class CommandInterrupted(CommandError):
+    """Ctrl-C while a command ran. The group was killed and the logs written; ``.result`` is partial."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+    def __init__(self, message: str, result: Any):     # a kvdiag.proc.result.CommandResult
+        super().__init__(message)
+        self.result = result
+
+
+class CompileError(KvdiagError):
+    """nvcc is missing or failed on a canary."""
+
+
+class BuildFailed(KvdiagError):
+    """Configuring or building a scratch tree failed; carries the tail of its log."""
+
+    def __init__(self, phase: str, result: Any, message: str, tail: Sequence[str] = ()):   # a CommandResult or None
+        super().__init__(message)
+        self.phase = phase
+        self.result = result
+        self.tail = tuple(tail)
+        self.log = result.combined_path if result is not None else None
+
+    def report(self) -> str:
+        lines = [str(self)]
+        if self.log is not None:
+            lines.append(f"log: {self.log}")
+        if self.tail:
+            lines.append(f"last {len(self.tail)} line(s):")
+            lines.extend(f"  {line}" for line in self.tail)
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- asked the impossible
+
+
+class TemplateProblem(UsageError):
+    """A step cannot be rendered against this build (a missing binary, variable or env)."""
+
+
+class ProbeError(UsageError):
+    """A probe cannot be used as asked (unknown name, bad file, cycle in `requires`)."""
+
+
+class StackCycle(ProbeError):
+    """The probes' ``requires`` form a cycle."""
+
+
+class WorktreeError(UsageError):
+    """A worktree could not be made or used as asked (bad source, bad commit, path in use)."""

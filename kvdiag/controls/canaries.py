@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvdiag import resources
+from kvdiag.constants import SANITIZER_TOOLS
 
 __all__ = [
     "ALL_TOOLS",
@@ -35,7 +36,7 @@ __all__ = [
     "pair_for",
 ]
 
-ALL_TOOLS: tuple[str, ...] = ("memcheck", "racecheck", "synccheck", "initcheck")
+ALL_TOOLS = SANITIZER_TOOLS          # every tool has a canary pair
 
 EXPECT_MARKER = "KVDIAG-EXPECT:"
 _MARKER_RE = re.compile(r"//\s*KVDIAG-EXPECT:\s*(?P<kind>[a-z][a-z-]*)\s*$")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kvdiag.controls.canaries import CANARIES, CANARY_DIR, Canary, MarkerError
-from kvdiag.errors import KvdiagError
+from kvdiag.errors import CompileError
 
 __all__ = [
     "DEFAULT_ARCH",
@@ -78,10 +78,6 @@ EXIT_CUDA_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NO_LAUNCHER = 3
 EXIT_COMPILE = 4
-
-
-class CompileError(KvdiagError):
-    """nvcc is missing or failed on a canary."""
 
 
 # --------------------------------------------------------------------------- compile

@@ -41,6 +41,7 @@ from kvdiag.probes.worktree import Git, porcelain_status, repo_toplevel, resolve
 from kvdiag.proc.runner import CommandInterrupted
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunDir, RunStore, write_json_atomic
+from kvdiag.text import clip
 
 GOOD, BAD, SKIP = 0, 1, 125
 BISECT_TIMEOUT_S = 24 * 3600.0
@@ -329,7 +330,7 @@ def render_bisect(report: BisectReport) -> str:
     from tabulate import tabulate
 
     lines = [f"kvdiag bisect {report.entry_id}: good {report.good[:12]}, bad {report.bad[:12]}", ""]
-    rows = [(s.get("commit", "")[:12], s.get("verdict"), s.get("exit"), _clip(str(s.get("reason", "")), 90))
+    rows = [(s.get("commit", "")[:12], s.get("verdict"), s.get("exit"), clip(str(s.get("reason", "")), 90))
             for s in report.steps]
     if rows:
         lines.append(tabulate(rows, headers=["commit", "verdict", "git", "reason"]))
@@ -358,7 +359,3 @@ def render_bisect(report: BisectReport) -> str:
 
 def _evidence_text(evidence: CommitEvidence) -> str:
     return f"{evidence.verdict}: {evidence.reason}" if evidence.verdict else evidence.reason
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"

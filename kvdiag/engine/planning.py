@@ -18,16 +18,12 @@ from typing import Any, Mapping
 import jinja2
 
 from kvdiag.engine.wrapping import wrap_with_sanitizer
-from kvdiag.errors import UsageError
+from kvdiag.errors import TemplateProblem
 from kvdiag.proc.sanitizer import find_sanitizer
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.target.build import inspect_build
 
 _JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
-
-
-class TemplateProblem(UsageError):
-    """A step cannot be rendered against this build (a missing binary, variable or env)."""
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from kvdiag.engine.progress import Progress
-from kvdiag.errors import KvdiagError, UsageError
-from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, CommandResult, run_command
+from kvdiag.errors import BuildFailed, UsageError
+from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.target.build import read_cmake_cache
 
 CONFIGURE_TIMEOUT_S = 1800.0
@@ -28,26 +28,6 @@ TAIL_LINES = 30
 _NOT_OPTIONS = re.compile(r"(_SOURCE_DIR|_BINARY_DIR|_IS_TOP_LEVEL)$")
 _CACHE_TYPED = re.compile(r'^(?:"(?P<q>[^"]*)"|(?P<k>[^:="]+)):(?P<type>[A-Za-z]+)=')
 _COMPILERS = ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER", "CMAKE_CUDA_COMPILER")
-
-
-class BuildFailed(KvdiagError):
-    """Configuring or building a scratch tree failed; carries the tail of its log."""
-
-    def __init__(self, phase: str, result: CommandResult | None, message: str, tail: Sequence[str] = ()):
-        super().__init__(message)
-        self.phase = phase
-        self.result = result
-        self.tail = tuple(tail)
-        self.log = result.combined_path if result is not None else None
-
-    def report(self) -> str:
-        lines = [str(self)]
-        if self.log is not None:
-            lines.append(f"log: {self.log}")
-        if self.tail:
-            lines.append(f"last {len(self.tail)} line(s):")
-            lines.extend(f"  {line}" for line in self.tail)
-        return "\n".join(lines)
 
 
 def substitute(command: str, values: Mapping[str, str]) -> list[str]:

@@ -23,11 +23,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kvdiag.constants import SANITIZER_TOOLS
 from kvdiag.parse.text import dataclass_dict, iter_lines, split_top_level, to_int
 
 # size: one reader for four tools' report grammars, read in one pass over shared state; split
 # by tool it would repeat the line grammar (marker, frames, summaries) four times.
-TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+TOOLS = SANITIZER_TOOLS
 
 KINDS = (
     "barrier-divergence",

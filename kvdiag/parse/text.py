@@ -10,27 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-# CSI sequences (colours, cursor moves) and OSC sequences (titles, links).
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+from kvdiag.text import first_line, strip_ansi
 
-
-def strip_ansi(text: str) -> str:
-    """Remove terminal escape sequences, so patterns see only the printed words."""
-    if "\x1b" not in text:
-        return text
-    return _ANSI_RE.sub("", text)
-
-
-def first_line(text: str) -> str:
-    """The first line of ``text`` with something on it, stripped ("" when none)."""
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
+__all__ = ["clean_line", "dataclass_dict", "first_line", "iter_lines", "jsonable", "split_top_level",
+           "strip_ansi", "to_int"]
 
 
 def clean_line(line: str) -> str:

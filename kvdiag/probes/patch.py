@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Iterable
 
 from kvdiag import resources
-from kvdiag.errors import UsageError
+from kvdiag.errors import ProbeError, UsageError
 from kvdiag.registry.raw import Problem
 
 PROBE_GLOB = "*.patch"
@@ -48,10 +48,6 @@ _DEFECT = re.compile(r"^D[1-9][0-9]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 _DIFF_FILE = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$", re.M)
 _NEW_FILE = re.compile(r"^--- /dev/null$", re.M)
-
-
-class ProbeError(UsageError):
-    """A probe cannot be used as asked (unknown name, bad file, cycle in `requires`)."""
 
 
 @dataclass(frozen=True)

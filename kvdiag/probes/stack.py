@@ -14,12 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from kvdiag.probes.patch import Probe, ProbeError, ProbeSet
+from kvdiag.errors import ProbeError, StackCycle
+from kvdiag.probes.patch import Probe, ProbeSet
 from kvdiag.probes.worktree import ApplyResult, Worktree, scratch_worktree
-
-
-class StackCycle(ProbeError):
-    """The probes' ``requires`` form a cycle."""
 
 
 def order_stack(names: Iterable[str], probes: ProbeSet) -> tuple[Probe, ...]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from kvdiag.proc.groups import sigint_deferred
-from kvdiag.errors import HarnessError, UsageError
+from kvdiag.errors import HarnessError, WorktreeError
 from kvdiag.probes.patch import Probe
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, CommandResult, run_command
 
@@ -33,10 +33,6 @@ RECORD_FILE = ".kvdiag-probes.json"
 GGML_SUBDIR = "ggml"
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0"}
 _LOG_NUMBERS = itertools.count(1)   # one sequence per process: log names never collide
-
-
-class WorktreeError(UsageError):
-    """A worktree could not be made or used as asked (bad source, bad commit, path in use)."""
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ import sh
 warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork\(\) may lead to deadlocks",
                         category=DeprecationWarning)
 
-from kvdiag.errors import KvdiagError  # noqa: E402 - after the warning filter, before sh forks
+from kvdiag.errors import CommandError, CommandInterrupted, CommandNotFound  # noqa: E402 - after the filter
 from kvdiag.proc.groups import become_subreaper, killpg, reap_and_list_live, sigint_deferred  # noqa: E402
 from kvdiag.proc.logsink import LogSink  # noqa: E402
 from kvdiag.proc.result import CommandResult  # noqa: E402
@@ -83,22 +83,6 @@ __all__ = [
 
 _POLL_S = 0.05          # how often we look at the child while it runs
 _AFTER_KILL_WAIT_S = 10.0   # how long we wait for the group after SIGKILL (D-state GPU processes)
-
-
-class CommandError(KvdiagError):
-    """A command could not be run as asked (base of the runner's errors)."""
-
-
-class CommandNotFound(CommandError):
-    """The program does not exist, is not a file, or cannot be executed. Nothing was started."""
-
-
-class CommandInterrupted(CommandError):
-    """Ctrl-C while a command ran. The group was killed and the logs written; ``.result`` is partial."""
-
-    def __init__(self, message: str, result: "CommandResult"):
-        super().__init__(message)
-        self.result = result
 
 
 # --------------------------------------------------------------------------- helpers

@@ -33,6 +33,7 @@ from typing import Iterable, Iterator, Sequence
 
 import sh
 
+from kvdiag.constants import SANITIZER_TOOLS
 from kvdiag.errors import UsageError
 from kvdiag.proc.runner import run_command
 
@@ -46,7 +47,6 @@ __all__ = [
 ]
 
 SANITIZER_ERROR_EXITCODE = 99
-SANITIZER_TOOLS = frozenset({"memcheck", "racecheck", "synccheck", "initcheck"})
 _DESTROY_CHOICES = ("context", "kernel")
 # Options argv() sets itself; a registry entry passing them again would contradict it.
 _RESERVED_OPTIONS = ("--tool", "--log-file", "--error-exitcode")
@@ -69,7 +69,7 @@ class SanitizerInvocation:
     def __post_init__(self) -> None:
         if self.tool not in SANITIZER_TOOLS:
             raise ValueError(f"unknown compute-sanitizer tool {self.tool!r}; "
-                             f"expected one of {', '.join(sorted(SANITIZER_TOOLS))}")
+                             f"expected one of {', '.join(SANITIZER_TOOLS)}")
         if isinstance(self.options, (str, bytes)) or not all(isinstance(o, str) for o in self.options):
             raise ValueError("options must be a sequence of str, one argv element each")
         object.__setattr__(self, "options", tuple(self.options))

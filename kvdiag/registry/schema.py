@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvdiag.constants import SANITIZER_TOOLS
+
 
 @dataclass(frozen=True)
 class Key:
@@ -39,7 +41,6 @@ OWNERS = ("upstream", "beellama", "fork", "build", "toolchain")
 STATUSES = ("open", "fix-pending", "fixed", "historical", "not-planned", "unconfirmed")
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 REFERENCE_TYPES = ("REPORT", "FIX", "EVIDENCE", "ARTICLE", "WEB", "PACKAGE", "SEED")
-SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 STEP_KINDS = ("backend-ops", "command", "build-check", "server")
 SIGNATURE_TYPES = ("sanitizer", "abort", "case", "output", "exit", "stale")
 FINDING_KINDS = (

@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any, Mapping, Sequence
 
 from kvdiag.store.sweeps import Sweep
+from kvdiag.text import clip
 
 
 class SweepFormatter(ABC):
@@ -82,11 +83,6 @@ def strip_ansi(text: str) -> str:
 
 
 printable = strip_ansi
-
-
-def clip(text: str, width: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def primary_attempt(outcome: Mapping[str, Any]) -> Mapping[str, Any] | None:
