@@ -16,7 +16,7 @@ from kvdiag.target.host import Environment, HostInfo, ToolVersions
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
-FAKE_SANITIZER = HERE / "fake_sanitizer.py"
+FAKE_SANITIZER = HERE.parent / "scenarios" / "fake_compute_sanitizer.py"   # its `recorded` mode
 FAKE_NVCC = HERE / "fake_nvcc.py"
 
 _TOKEN = re.compile(r"@EXPECT(?:\+(\d+))?@")
@@ -51,7 +51,7 @@ def make_env(*, gpu: bool = True, driver: str | None = "580.159.04", nvcc: str |
 
 
 def install_fake_sanitizer_logs(directory: Path, scenario: dict[str, tuple[str, bool]]) -> None:
-    """Write ``<canary>.log`` (+ ``<canary>.launcher`` = ok|none) for fake_sanitizer.py to replay.
+    """Write ``<canary>.log`` (+ ``<canary>.launcher`` = ok|none) for the fake compute-sanitizer to replay.
 
     ``scenario`` maps a canary name to (fixture file, launcher ran ok).
     """

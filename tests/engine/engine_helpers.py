@@ -133,7 +133,7 @@ class Scenarios:
         return make_build(self._fresh("build"), scenario, lineinfo=lineinfo, cache=cache, cache_extra=cache_extra)
 
     def sanitizer(self, mode: str = "follow") -> Path:
-        """The fake compute-sanitizer in its own folder, in this mode (see compute_sanitizer.py)."""
+        """The fake compute-sanitizer in its own folder, in this mode (see tests/scenarios/fake_compute_sanitizer.py)."""
         return make_sanitizer(self._fresh(f"sanitizer-{mode}"), mode)
 
     def target(self, build: Path | None, *, sanitizer: Path | None, gpu: GpuFingerprint | None = None) -> Target:
@@ -212,7 +212,7 @@ def make_build(build: Path, scenario: str | None, *, lineinfo: bool = True, cach
 
 
 def make_sanitizer(folder: Path, mode: str) -> Path:
-    exe = _write_exe(folder / "compute-sanitizer", SCENARIO_BUILDS / "compute_sanitizer.py")
+    exe = _write_exe(folder / "compute-sanitizer", REPO / "tests" / "scenarios" / "fake_compute_sanitizer.py")
     (folder / "compute-sanitizer.mode").write_text(mode + "\n")
     return exe
 

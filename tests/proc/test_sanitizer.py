@@ -86,8 +86,9 @@ def test_sanitizer_version_runs_through_run_command(tmp_path):
     assert (tmp_path / "logs" / "compute-sanitizer-version.cmd.json").exists()
 
 
-def test_invocation_report_goes_to_the_log_file_and_findings_exit_99(tmp_path):
+def test_invocation_report_goes_to_the_log_file_and_findings_exit_99(tmp_path, monkeypatch):
     fake = SCENARIOS / "fake_compute_sanitizer.py"
+    monkeypatch.setenv("KVDIAG_FAKE_SANITIZER_MODE", "one-error")
     report = tmp_path / "run" / "memcheck.log"
     report.parent.mkdir()
     argv = SanitizerInvocation("memcheck", print_limit=0).argv(fake, report, scenario("exits_with.py", 0))

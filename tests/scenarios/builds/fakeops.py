@@ -5,7 +5,7 @@ A scenario build is made in ``tmp_path`` by ``tests/engine/engine_helpers.py``:
 (not executable, so it is not a program of the build), and ``fake-data/`` holds
 the recorded texts the fakes print (upstream's usage text, the H200 transcript).
 
-Under the fake compute-sanitizer (``compute_sanitizer.py``) the environment names
+Under the fake compute-sanitizer (``tests/scenarios/fake_compute_sanitizer.py``) the environment names
 a *channel* file: a fake writes there what the sanitizer "sees" in its kernels
 (the ``=========`` finding blocks), and the sanitizer copies that into its
 ``--log-file``. Run bare (no sanitizer), a fake has no channel, exactly like a
