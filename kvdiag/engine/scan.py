@@ -2,8 +2,8 @@
 
 A diverging FlashAttention case ends a test-backend-ops process under the sanitizer's
 default settings, and a single process walking the whole space with its report in a
-separate file cannot say which case produced which finding (measured: 133 cases, 246 s,
-201,728 errors, 133/133 OK printed). So the scan lists the case space with
+separate file cannot say which case produced which finding (docs/performance.md has
+the measurement). So the scan lists the case space with
 `test-backend-ops support` (no kernel runs) and runs the supported cases in parallel
 workers that each hold a slot of their GPU's pool: in batches of several cases per
 process, the report interleaved with the cases' status lines on a terminal so that

@@ -1,12 +1,8 @@
 """Several scan cases in one sanitized process, each still judged on its own output.
 
-Why: a host starts only a few CUDA processes per second, whatever its GPUs. Measured
-on two H200s (driver 580.159.04): 16 plain `test-backend-ops support` processes (no
-kernel, no sanitizer) took 4.15 s, 3.9 per second, and a sanitized one-kernel canary
-3.75 per second; their threads wait in the driver (`os_acquire_rwlock_*`,
-`uvm_gpu_retain_by_uuid`), the same with one GPU or two. One process per case caps
-a scan at that rate; a batch pays the start once for all its cases (32 D2 cases in
-one sanitized process: 3.7 s, against 1.7 s for one alone).
+Why: a host starts only a few CUDA processes per second, whatever its GPUs (the
+driver serialises them; docs/performance.md has the measurements). One process per
+case caps a scan at that rate; a batch pays the start once for all its cases.
 
 How: the cases go to `test-backend-ops -p '^(case1|case2|…)$'` on a terminal, with
 the sanitizer's report in the same stream (no `--log-file`), `--print-limit 0` (a

@@ -8,9 +8,8 @@ other command. Option semantics below follow NVIDIA's Compute Sanitizer manual
   that file name ``%`` starts an escape sequence (``%p`` = pid, ``%q{VAR}``), so a
   literal ``%`` in our path is written as ``%%``.
 * ``--error-exitcode N`` is the exit status when the tool found errors (the manual:
-  "if the original application succeeded"; measured with compute-sanitizer
-  2025.3.1 on an H200: 99 also when ``--destroy-on-device-error context`` made the
-  program itself fail with exit 1). Its default 0 would hide a finding, hence
+  "if the original application succeeded"; on an H200 also when the program itself
+  failed, see docs/performance.md). Its default 0 would hide a finding, hence
   :data:`SANITIZER_ERROR_EXITCODE`.
 * ``--kernel-name kns=SUBSTRING`` checks only kernels whose **mangled** name
   contains SUBSTRING (``kne=`` would be the complete mangled name). A plain C/C++
