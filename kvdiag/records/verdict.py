@@ -9,7 +9,7 @@ that went wrong is `inconclusive`, showing what happened.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, Iterable, Mapping
 
@@ -61,6 +61,12 @@ class Evidence:
     def to_dict(self) -> dict[str, Any]:
         return _plain(asdict(self))
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Evidence":
+        known = {f.name: f for f in fields(cls)}
+        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
+        return cls(**values)
+
 
 @dataclass(frozen=True)
 class Attempt:
@@ -83,6 +89,13 @@ class Attempt:
             "duration_s": round(self.duration_s, 3), "log_dir": self.log_dir,
             "device": _plain(dict(self.device)) if self.device else None,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Attempt":
+        return cls(step=data["step"], index=int(data["index"]), verdict=Verdict(data["verdict"]),
+                   reason=data.get("reason", ""), evidence=Evidence.from_dict(data.get("evidence") or {}),
+                   commands=tuple(data.get("commands") or ()), duration_s=float(data.get("duration_s") or 0.0),
+                   log_dir=data.get("log_dir"), device=data.get("device"))
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,14 @@ class Outcome:
             "duration_s": round(self.duration_s, 3),
             "attempts": [a.to_dict() for a in self.attempts], "extra": _plain(dict(self.extra)),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Outcome":
+        """The outcome ``to_dict`` wrote (``k`` and ``n`` are recomputed from the attempts)."""
+        return cls(entry_id=data["entry"], verdict=Verdict(data["verdict"]), reason=data.get("reason", ""),
+                   attempts=tuple(Attempt.from_dict(a) for a in data.get("attempts") or ()),
+                   warnings=tuple(data.get("warnings") or ()), step=data.get("step"),
+                   duration_s=float(data.get("duration_s") or 0.0), extra=dict(data.get("extra") or {}))
 
 
 def aggregate(attempts: Iterable[Attempt]) -> tuple[Verdict, str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kvdiag.errors import UsageError
+from kvdiag.records.run import RunRecord, stamp_run
 
 RUN_FILE = "run.json"
 
@@ -55,9 +56,14 @@ class RunDir:
         return p
 
     def write(self, name: str, data: Any) -> Path:
+        """Write ``name`` atomically; run.json gets its ``schema_version`` here, whoever writes it."""
         target = self.path / name
-        write_json_atomic(target, data)
+        write_json_atomic(target, stamp_run(data) if name == RUN_FILE else data)
         return target
+
+    def record(self) -> RunRecord:
+        """run.json as a typed record (a 0.1.x file, without schema_version, reads as version 1)."""
+        return RunRecord.from_dict(self.read())
 
     def read(self, name: str = RUN_FILE) -> dict[str, Any]:
         return json.loads((self.path / name).read_text(encoding="utf-8"))

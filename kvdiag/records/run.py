@@ -1,0 +1,58 @@
+"""The record of one run, as ``<run-dir>/run.json`` holds it, typed.
+
+run.json is written by every kind of run (an entry's verdict, a scan, a sweep, a
+verify, a bisect, the doctor): all share ``entry``, ``status`` and ``kind``; an
+entry's run adds its :class:`~kvdiag.records.verdict.Outcome`. The rest of a
+kind's keys are kept as they are (``fields``), so a reader of one kind need not
+know the others. ``schema_version`` says which layout a file has: files written
+by kvdiag 0.1.x carry none and read as version 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kvdiag.records.verdict import Outcome
+
+__all__ = ["RUN_SCHEMA_VERSION", "RunRecord", "stamp_run"]
+
+# 1: kvdiag 0.1.x (no schema_version key); 2: the same keys plus schema_version.
+RUN_SCHEMA_VERSION = 2
+_OWN_KEYS = ("schema_version", "entry", "status", "kind", "outcome")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    entry: str
+    status: str                                   # running | finished | interrupted | failed | error
+    kind: str | None = None                       # None for an entry's verdict run
+    outcome: Outcome | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)   # the kind's own keys, as written
+    schema_version: int = RUN_SCHEMA_VERSION
+
+    @property
+    def finished(self) -> bool:
+        return self.status == "finished"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"schema_version": self.schema_version, "entry": self.entry, **self.fields,
+                                "status": self.status}
+        if self.kind is not None:
+            data["kind"] = self.kind
+        if self.outcome is not None:
+            data["outcome"] = self.outcome.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunRecord":
+        outcome = data.get("outcome")
+        return cls(entry=str(data.get("entry", "")), status=str(data.get("status", "")), kind=data.get("kind"),
+                   outcome=Outcome.from_dict(outcome) if isinstance(outcome, Mapping) else None,
+                   fields={k: v for k, v in data.items() if k not in _OWN_KEYS},
+                   schema_version=int(data.get("schema_version", 1)))
+
+
+def stamp_run(data: Mapping[str, Any]) -> dict[str, Any]:
+    """run.json's content with this version's ``schema_version`` first (the writer's one stamp)."""
+    return {"schema_version": RUN_SCHEMA_VERSION, **{k: v for k, v in data.items() if k != "schema_version"}}

@@ -1,0 +1,83 @@
+"""run.json and sweep files round-trip through the typed records, and 0.1.x files (recorded
+on the H200) read as the oldest version: run.json without ``schema_version`` as 1, a sweep of
+format ``kvdiag-sweep/1`` (a sweep's ``format`` is its schema version)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvdiag.records.run import RUN_SCHEMA_VERSION, RunRecord
+from kvdiag.records.verdict import Outcome, Verdict
+from kvdiag.store.runs import RUN_FILE, RunDir
+from kvdiag.store.sweeps import SWEEP_FORMAT, Sweep, load_sweep, save_sweep
+from store_fixtures import outcome, sweep_of
+
+DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device" / "h200-ggml-d99724f2"
+OLD_RUNS = ["run-D2-confirmed.json", "run-D2-after-fix.json", "scan-D2-run.json"]
+OLD_SWEEPS = ["sweep-base.json", "sweep-fixed.json"]
+
+
+def test_a_run_json_written_reads_back_as_the_same_record(tmp_path):
+    run = RunDir(tmp_path / "run")
+    record = RunRecord(entry="D2", status="finished", outcome=outcome("D2"),
+                       fields={"kvdiag_version": "0.1.1", "step": "fast", "target": {"build": {"lineinfo": True}}})
+    run.write(RUN_FILE, record.to_dict())
+    assert run.read()["schema_version"] == RUN_SCHEMA_VERSION
+    assert run.record() == record
+    assert run.record().to_dict() == run.read()
+
+
+def test_every_writer_of_run_json_stamps_the_version(tmp_path):
+    """The writers build plain dicts (a scan, the doctor): the store adds the version."""
+    run = RunDir(tmp_path / "run")
+    run.write(RUN_FILE, {"entry": "D2", "kind": "scan", "status": "running"})
+    assert run.read() == {"schema_version": RUN_SCHEMA_VERSION, "entry": "D2", "kind": "scan", "status": "running"}
+    assert run.record().kind == "scan" and run.record().outcome is None
+
+
+@pytest.mark.parametrize("name", OLD_RUNS)
+def test_a_recorded_0_1_run_json_reads_as_version_1(name):
+    data = json.loads((DEVICE / name).read_text())
+    assert "schema_version" not in data
+    record = RunRecord.from_dict(data)
+    assert record.schema_version == 1 and record.entry == "D2"
+    written = record.to_dict()
+    assert written.pop("schema_version") == 1
+    assert _without_added_nulls(written, data) == data     # nothing of the old file is lost or changed
+
+
+def _without_added_nulls(written, old):
+    """``written`` less the keys the old layout lacked and the new one writes as null
+    (0.1.0's attempts had no ``device``)."""
+    if isinstance(written, dict) and isinstance(old, dict):
+        return {k: _without_added_nulls(v, old.get(k)) for k, v in written.items() if k in old or v is not None}
+    if isinstance(written, list) and isinstance(old, list) and len(written) == len(old):
+        return [_without_added_nulls(w, o) for w, o in zip(written, old)]
+    return written
+
+
+def test_a_recorded_outcome_becomes_typed_values():
+    record = RunRecord.from_dict(json.loads((DEVICE / "run-D2-confirmed.json").read_text()))
+    assert isinstance(record.outcome, Outcome) and record.outcome.verdict is Verdict.CONFIRMED
+    assert record.outcome.attempts[0].evidence.error_count
+    assert Outcome.from_dict(record.outcome.to_dict()) == record.outcome
+
+
+def test_a_sweep_saved_loads_as_the_same_sweep(tmp_path):
+    sweep = sweep_of(["D1", "D2", "D4"])
+    path = save_sweep(sweep, tmp_path / "sweep.json")
+    assert json.loads(path.read_text())["format"] == SWEEP_FORMAT
+    assert load_sweep(path) == Sweep.from_dict(sweep.to_dict())
+    assert load_sweep(path).to_dict() == sweep.to_dict()
+
+
+@pytest.mark.parametrize("name", OLD_SWEEPS)
+def test_a_recorded_0_1_sweep_reads_as_version_1(name):
+    data = json.loads((DEVICE / name).read_text())
+    assert data["format"] == "kvdiag-sweep/1"
+    written = load_sweep(DEVICE / name).to_dict()
+    assert written.pop("format") == SWEEP_FORMAT          # written again, it is the current version
+    assert _without_added_nulls(written, data) == {k: v for k, v in data.items() if k != "format"}
