@@ -132,7 +132,7 @@ def check_requires(entry: Entry, step: Step, facts: Facts) -> tuple[str | None, 
     req = entry.requires
     warnings: list[str] = []
     build = facts.build
-    if step.kind != "build-check":
+    if step.kind not in ("build-check", "compile"):
         needed = step.requires_binaries if step.requires_binaries is not None else req.get("binaries", ())
         missing = [b for b in needed if build is None or not build.has_binary(b)]
         if missing:

@@ -181,6 +181,8 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
         generator = target.build.generator if target.build is not None else None
         return judge_attempt(entry, obs, lambda: staleness_control(generator, run_dir.logs), index,
                              time.monotonic() - started)
+    if step.kind == "compile":
+        return _attempt_compile(entry, step, target, run_dir, index, label, options)
     if step.kind == "server":
         return _attempt_server(entry, step, target, run_dir, index, label, options, gate_provider, name_prefix,
                                started)
@@ -261,6 +263,24 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
     obs = observe(step, [result], sanitizer_logs)
     return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index,
                          time.monotonic() - started, str(run_dir.logs))
+
+
+def _attempt_compile(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
+                     options: RunOptions) -> Attempt:
+    """A compile step (engine.compile_check): a kept scratch build, only the named objects compiled."""
+    from kvdiag.engine.compile_check import CompileInterrupted, attempt_compile
+    from kvdiag.home import kvdiag_home
+
+    progress = options.progress or Progress(enabled=False)
+    progress.start(label)
+    try:
+        return attempt_compile(entry, step, target.build, kvdiag_home(), run_dir.logs, index,
+                               on_output=progress.line, say=lambda text: progress.say(f"{label}: {text}"),
+                               cancel=options.cancel)
+    except CompileInterrupted as exc:
+        raise _Interrupted(exc.attempt) from None
+    finally:
+        progress.stop()
 
 
 def plan_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: RunOptions):

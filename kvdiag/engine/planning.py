@@ -90,6 +90,21 @@ def escape_params(params: str) -> str:
     return "".join("\\" + ch if ch in special else ch for ch in params)
 
 
+def _compile_display(step: Step, build) -> str:
+    """A compile step's configure line, and the objects it builds (found by ninja at run time)."""
+    if build.source_dir is None:
+        return "(a compile step needs the build's source tree: none is recorded in its CMakeCache.txt)"
+    from kvdiag.engine.compile_check import scratch_key
+    from kvdiag.home import kvdiag_home
+    from kvdiag.target.scratch_build import SCRATCH_DIR, ScratchBuild, configure_argv
+
+    scratch = ScratchBuild(kvdiag_home() / SCRATCH_DIR, scratch_key(step, build))
+    objects = " ".join(f"<object of {s}>" for s in step.sources)
+    reuse = "  # configured already: reused" if scratch.configured() else ""
+    return (f"{shlex.join(configure_argv(scratch.key, scratch.path))}{reuse}\n    "
+            f"ninja -C {shlex.quote(str(scratch.path))} -k 0 {objects}")
+
+
 def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
     """What `kvdiag show ID --build DIR` prints: each step's argv against that build."""
     with tempfile.TemporaryDirectory(prefix="kvdiag-show-") as tmp:
@@ -99,10 +114,12 @@ def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
         item: dict[str, Any] = {"step": step.name, "problem": None, "argv": None, "shell": None}
         needed = step.requires_binaries if step.requires_binaries is not None else entry.requires.get("binaries", ())
         missing = [b for b in needed if not build.has_binary(b)]
-        if missing and step.kind != "build-check":
+        if missing and step.kind not in ("build-check", "compile"):
             item["problem"] = f"the build has no {', '.join(missing)}"
         elif step.kind == "build-check":
             item["shell"] = f"(staleness dry run of {build_dir})"
+        elif step.kind == "compile":
+            item["shell"] = _compile_display(step, build)
         else:
             try:
                 ctx = template_context(entry, step, binaries=build.binaries, build_dir=build.build_dir,

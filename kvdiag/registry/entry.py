@@ -51,6 +51,8 @@ class Step:
     vars: Mapping[str, Any] = field(default_factory=dict)
     requires_env: tuple[str, ...] = ()
     requires_binaries: tuple[str, ...] | None = None   # None: the entry's requires.binaries
+    cmake_defines: Mapping[str, str] = field(default_factory=dict)   # compile: the scratch configure's -D options
+    sources: tuple[str, ...] = ()                                    # compile: translation units to build
 
     @property
     def command_templates(self) -> tuple[tuple[str, ...], ...]:

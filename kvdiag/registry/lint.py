@@ -220,8 +220,16 @@ def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> Non
     has_argv, has_commands = "argv" in step, "commands" in step
     if step["kind"] in ("backend-ops", "command", "server") and has_argv == has_commands:
         add(where, "needs exactly one of argv or commands")
-    if step["kind"] == "build-check" and (has_argv or has_commands):
-        add(where, "a build-check step runs no command of its own")
+    if step["kind"] in ("build-check", "compile") and (has_argv or has_commands):
+        add(where, f"a {step['kind']} step runs no command of its own")
+    if step["kind"] == "compile" and not step.get("sources"):
+        add(where, "a compile step needs sources (the translation units to build)")
+    for key in ("cmake_defines", "sources"):
+        if key in step and step["kind"] != "compile":
+            add(f"{where}.{key}", "only compile steps configure a scratch build")
+    for name, value in step.get("cmake_defines", {}).items():
+        if not isinstance(value, str):
+            add(f"{where}.cmake_defines.{name}", "must be a string, as on a cmake -D command line")
     if step["kind"] != "backend-ops" and "min_cases" in step:
         add(f"{where}.min_cases", "only backend-ops steps count cases")
     if "sanitizer_options" in step and "sanitizer" not in step:

@@ -103,6 +103,8 @@ def _build_step(s: dict[str, Any]) -> Step:
         vars=dict(s.get("vars", {})),
         requires_env=tuple(s.get("requires_env", ())),
         requires_binaries=tuple(s["requires_binaries"]) if "requires_binaries" in s else None,
+        cmake_defines={str(k): str(v) for k, v in s.get("cmake_defines", {}).items()},
+        sources=tuple(s.get("sources", ())),
     )
 
 

@@ -41,7 +41,7 @@ OWNERS = ("upstream", "beellama", "fork", "build", "toolchain")
 STATUSES = ("open", "fix-pending", "fixed", "historical", "not-planned", "unconfirmed")
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 REFERENCE_TYPES = ("REPORT", "FIX", "EVIDENCE", "ARTICLE", "WEB", "PACKAGE", "SEED")
-STEP_KINDS = ("backend-ops", "command", "build-check", "server")
+STEP_KINDS = ("backend-ops", "command", "build-check", "server", "compile")
 SIGNATURE_TYPES = ("sanitizer", "abort", "case", "output", "exit", "stale")
 FINDING_KINDS = (
     "barrier-divergence", "invalid-read", "invalid-write", "misaligned-access",
@@ -202,6 +202,10 @@ STEP = Section(
         "vars": Key("table", doc="Template variables of this step (op, params, …); scan overrides params."),
         "requires_env": Key("list[str]", doc="Environment variables this step alone needs (e.g. a model path)."),
         "requires_binaries": Key("list[str]", doc="Binaries this step needs, instead of requires.binaries."),
+        "cmake_defines": Key("table", doc="compile: the -D options of the scratch configure of the build's source "
+                                          "tree, e.g. {GGML_CUDA_KVARN = \"ON\"}."),
+        "sources": Key("list[str]", doc="compile: the translation units (paths in the source tree) whose objects "
+                                        "are built; nothing else is."),
     },
 )
 

@@ -26,7 +26,7 @@ DEFAULT_KIND_AND_SIGNATURE = {
     "D4": ("command", ["abort", "output"]),
     "D5": ("server", ["output"]),
     "D6": ("backend-ops", ["abort", "output"]),
-    "D7": ("command", ["output"]),
+    "D7": ("compile", ["output"]),
     "D8": ("backend-ops", ["case"]),
     "D9": ("server", ["output"]),
     "D10": ("command", ["output", "output"]),
@@ -127,7 +127,7 @@ def test_every_step_renders_with_a_complete_context(entries, entry_id, tmp_path)
     for step in entry.steps:
         needed = step.requires_binaries if step.requires_binaries is not None else entry.requires.get("binaries", ())
         binaries = {name: tmp_path / "build" / "bin" / name for name in needed}
-        if step.kind == "build-check":
+        if step.kind in ("build-check", "compile"):
             assert not step.command_templates
             continue
         ctx = template_context(entry, step, binaries=binaries, build_dir=tmp_path / "build",

@@ -165,16 +165,17 @@ def test_d4_assert_after_unsupported_kvarn_store_is_confirmed(entries):
     assert judge(entries["D4"], Printed(stdout="all KVarN tests passed\n")) is NOT_REPRODUCED
 
 
-def test_d7_build_errors_are_confirmed_and_a_clean_build_is_not(entries):
+def test_d7_compiler_errors_are_confirmed_and_a_clean_object_is_not(entries):
+    """The errors are nvcc 13's for the fork's KVarN instance with the repair's two nullptrs
+    removed (recorded on a CPU host); the clean object is ninja's line for the same object."""
+    recorded = (Path(__file__).parents[1] / "fixtures" / "compile" / "nvcc-d7-stale-call-sites.log").read_text()
     configure = Printed(stdout="-- Configuring done\n-- Generating done\n")
-    errors = Printed(stdout=(
-        "/src/ggml/src/ggml-cuda/template-instances/../fattn-mma-kvarn-case.cuh(178): error: no instance of "
-        'function template "flash_attn_ext_f16_process_tile" matches the argument list\n'
-        "82 errors detected in the compilation of \"fattn-mma-f16-instance-kvarn.cu\".\n"), returncode=1)
-    assert judge(entries["D7"], configure, errors) is CONFIRMED
-    assert judge(entries["D7"], configure, Printed(stdout="[100%] Built target ggml-cuda\n")) is NOT_REPRODUCED
-    failed_configure = Printed(stderr="CMake Error: could not find CUDA toolkit\n", returncode=1)
-    assert judge(entries["D7"], failed_configure) is INCONCLUSIVE
+    assert judge(entries["D7"], configure, Printed(stdout=recorded, returncode=1)) is CONFIRMED
+    built = Printed(stdout="[1/1] Building CUDA object ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/template-instances/"
+                           "fattn-mma-kvarn-instance-ncols1_16-ncols2_8.cu.o\n")
+    assert judge(entries["D7"], configure, built) is NOT_REPRODUCED
+    other = Printed(stdout='x.cu(3): error: identifier "half2" is undefined\n', returncode=1)
+    assert judge(entries["D7"], configure, other) is INCONCLUSIVE
 
 
 def test_d10_ctest_verdicts(entries):
