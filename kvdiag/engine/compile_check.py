@@ -111,7 +111,6 @@ def _default_control(home: Path) -> GateFactory:
 def _explained(attempt: Attempt, run, text: str) -> Attempt:
     """The verdict in the words of a compile: how many compiler errors, which objects, reused or not."""
     errors = compiler_errors(text)
-    evidence = replace(attempt.evidence, error_count=len(errors))
     where = "configure reused" if run.reused else "configured now"
     objects = ", ".join(Path(o).name for o in run.objects) or "no object"
     reason = attempt.reason
@@ -124,7 +123,7 @@ def _explained(attempt: Attempt, run, text: str) -> Attempt:
         reason = f"{how} ({where}); the signature did not match; {reason.rsplit('; ', 1)[-1]}"
     elif attempt.verdict is Verdict.INCONCLUSIVE and errors and not run.timed_out:
         reason = f"{reason}; first compiler error: {errors[0].raw}"
-    return replace(attempt, reason=reason, evidence=evidence)
+    return replace(attempt, reason=reason)
 
 
 def _not_run(step: Step, index: int, verdict: Verdict, reason: str) -> Attempt:

@@ -89,7 +89,6 @@ def test_the_compilers_error_lines_are_quoted_and_counted(kv, stage):
     entry = kv.entry("D907", body())
     result = attempt(kv, stage, entry)
     assert result.verdict is Verdict.CONFIRMED, result.reason
-    assert result.evidence.error_count == 4
     assert len(result.evidence.quoted) == 4
     assert all(q.endswith('fattn-mma-kvarn-case.cuh(178): error: no instance of function template '
                           '"flash_attn_ext_f16_process_tile" matches the argument list') for q in result.evidence.quoted)

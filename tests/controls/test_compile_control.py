@@ -1,0 +1,46 @@
+"""The compile steps' control: the real cmake + ninja + nvcc flow must print the staged
+template mismatch at its marked line and compile the current call clean.
+
+Needs no GPU (PTX only: 90-virtual), but nvcc, cmake and ninja on PATH; a CUDA configure
+and two tiny objects take about 20 s on two busy cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+import kvdiag.controls.compile_control as control
+from kvdiag.controls.compile_control import compile_control_gate, run_compile_control
+
+DEFINES = {"CMAKE_CUDA_ARCHITECTURES": "90-virtual"}
+toolchain = pytest.mark.skipif(any(shutil.which(t) is None for t in ("nvcc", "cmake", "ninja")),
+                               reason="needs nvcc, cmake and ninja")
+
+
+@toolchain
+@pytest.mark.slow
+def test_the_staged_mismatch_is_seen_and_the_current_call_compiles(tmp_path, monkeypatch):
+    record = run_compile_control("test-key", tmp_path / "logs", DEFINES, None)
+    assert record.positive_detected, record.positive_detail
+    assert record.negative_clean, record.negative_detail
+    assert record.passed
+    assert "1 matched error line(s) at stale_call.cu(4)" == record.positive_detail
+    # the gate runs it once per machine key, then answers from controls.json
+    calls = []
+    monkeypatch.setattr(control, "run_compile_control",
+                        lambda key, *rest: calls.append(key) or dataclasses.replace(record, env_key=key))
+    first = compile_control_gate(tmp_path / "home", tmp_path / "logs", DEFINES, None)
+    second = compile_control_gate(tmp_path / "home", tmp_path / "logs", DEFINES, None)
+    assert first.allowed and second.allowed and len(calls) == 1
+    assert "compile control passed on this machine" in second.reason
+
+
+def test_without_the_toolchain_there_is_no_consent(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    gate = compile_control_gate(tmp_path / "home", tmp_path / "logs", DEFINES, None)
+    assert not gate.allowed
+    assert "could not read the tool versions" in gate.reason
+    assert not (tmp_path / "home" / "controls.json").exists()
