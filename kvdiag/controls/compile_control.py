@@ -4,7 +4,7 @@ template mismatch as a matched, attributed error line?
 A compile step that builds clean is only evidence that the defect is gone if the
 same flow, here, would have shown it. The control stages a two-source CUDA
 project and compiles it exactly as a compile step compiles the user's tree
-(:class:`kvdiag.target.scratch_build.ScratchBuild`: configure, ``ninja -t query``,
+(:class:`kvdiag.target.kept_build.KeptBuild`: configure, ``ninja -t query``,
 ``ninja -k 0``, same CUDA architectures and compiler launcher, logs through the
 runner): ``stale_call.cu`` calls a function template with one argument too few, as
 D7's stale call sites did, and must print ``stale_call.cu(LINE): error: no instance
@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Mapping
 
 from kvdiag.controls.cache import ControlRecord, gate_for_record, load_control, store_record
-from kvdiag.engine.judge import Gate
+from kvdiag.controls.gate import Gate
 from kvdiag.parse.compiler import compiler_errors
 from kvdiag.proc.runner import CommandError, run_command
-from kvdiag.target.scratch_build import ScratchBuild, ScratchKey
+from kvdiag.target.kept_build import KeptBuild, KeptBuildKey
 
 TOOL = "compile"
 CONTROL_BUDGET_S = 300.0
@@ -92,7 +92,7 @@ def run_compile_control(key: str, log_dir: Path, defines: Mapping[str, str], lau
         for name, text in files.items():
             (source / name).write_text(text)
         expect_line = _STALE.splitlines().index(next(x for x in _STALE.splitlines() if "KVDIAG-EXPECT" in x)) + 1
-        build = ScratchBuild(Path(tmp) / "scratch", ScratchKey.make(source, None, wanted, launcher))
+        build = KeptBuild(Path(tmp) / "scratch", KeptBuildKey.make(source, None, wanted, launcher))
         run = build.compile_sources(["stale_call.cu", "current_call.cu"], log_dir=log_dir, name="compile-control",
                                     deadline=time.monotonic() + CONTROL_BUDGET_S)
         if run.stopped or run.timed_out or not run.results:

@@ -2,7 +2,7 @@
 the translation units the entry names?
 
 The step does the least work that can show a compile-time defect: a scratch build
-kept between runs (:mod:`kvdiag.target.scratch_build`), configured once per
+kept between runs (:mod:`kvdiag.target.kept_build`), configured once per
 (source tree, commit, options), and only the objects of the step's ``sources``
 built — not the library. Its verdicts:
 
@@ -33,7 +33,7 @@ from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.compiler import compiler_errors
 from kvdiag.proc.runner import CommandInterrupted
 from kvdiag.registry.entry import Entry, Step
-from kvdiag.target.scratch_build import SCRATCH_DIR, ScratchBuild, ScratchKey, compiler_launcher, option_definition
+from kvdiag.target.kept_build import SCRATCH_DIR, KeptBuild, KeptBuildKey, compiler_launcher, option_definition
 
 GateFactory = Callable[[Path, dict, str | None], Gate]
 
@@ -51,9 +51,9 @@ def step_limit(step: Step, budget_s: float | None) -> float:
     return float(min(step.timeout, budget_s)) if budget_s else float(step.timeout)
 
 
-def scratch_key(step: Step, build) -> ScratchKey:
+def scratch_key(step: Step, build) -> KeptBuildKey:
     commit = build.git.commit if build.git is not None else None
-    return ScratchKey.make(build.source_dir, commit, step.cmake_defines, compiler_launcher())
+    return KeptBuildKey.make(build.source_dir, commit, step.cmake_defines, compiler_launcher())
 
 
 def attempt_compile(entry: Entry, step: Step, build, home: Path, log_dir: Path, index: int, *,
@@ -77,7 +77,7 @@ def attempt_compile(entry: Entry, step: Step, build, home: Path, log_dir: Path, 
             return _not_run(step, index, Verdict.NOT_APPLICABLE,
                             f"no CMakeLists.txt or *.cmake file of {source} defines {option}")
     key = scratch_key(step, build)
-    scratch = ScratchBuild(home / SCRATCH_DIR, key)
+    scratch = KeptBuild(home / SCRATCH_DIR, key)
     name = f"{step.name}-{index}"
     try:
         run = scratch.compile_sources(step.sources, log_dir=log_dir, name=name, deadline=started + limit,

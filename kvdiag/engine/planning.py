@@ -96,9 +96,9 @@ def _compile_display(step: Step, build) -> str:
         return "(a compile step needs the build's source tree: none is recorded in its CMakeCache.txt)"
     from kvdiag.engine.compile_check import scratch_key
     from kvdiag.home import kvdiag_home
-    from kvdiag.target.scratch_build import SCRATCH_DIR, ScratchBuild, configure_argv
+    from kvdiag.target.kept_build import SCRATCH_DIR, KeptBuild, configure_argv
 
-    scratch = ScratchBuild(kvdiag_home() / SCRATCH_DIR, scratch_key(step, build))
+    scratch = KeptBuild(kvdiag_home() / SCRATCH_DIR, scratch_key(step, build))
     objects = " ".join(f"<object of {s}>" for s in step.sources)
     reuse = "  # configured already: reused" if scratch.configured() else ""
     return (f"{shlex.join(configure_argv(scratch.key, scratch.path))}{reuse}\n    "

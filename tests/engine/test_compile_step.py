@@ -20,7 +20,7 @@ from engine_helpers import SCENARIO_BUILDS
 from kvdiag.engine.compile_check import attempt_compile, scratch_key
 from kvdiag.engine.judge import Gate
 from kvdiag.engine.verdict import Verdict
-from kvdiag.target.scratch_build import SCRATCH_DIR, STAMP, ScratchBuild
+from kvdiag.target.kept_build import SCRATCH_DIR, STAMP, KeptBuild
 from process_checks import pid_gone, wait_until
 
 SOURCE = "ggml/src/ggml-cuda/template-instances/fattn-mma-kvarn-instance-ncols1_16-ncols2_8.cu"
@@ -131,7 +131,7 @@ def test_the_scratch_configure_is_reused_for_the_same_key_and_redone_for_other_o
     assert (first.verdict, second.verdict) == (Verdict.NOT_REPRODUCED, Verdict.NOT_REPRODUCED)
     assert stage.configures() == 1
     assert "(configured now)" in first.reason and "(configure reused)" in second.reason
-    folder = ScratchBuild(stage.home / SCRATCH_DIR, scratch_key(entry.default_step, stage.build)).path
+    folder = KeptBuild(stage.home / SCRATCH_DIR, scratch_key(entry.default_step, stage.build)).path
     assert json.loads((folder / STAMP).read_text())["key"]["defines"]["GGML_CUDA_KVARN"] == "ON"
     other = kv.entry("D908", body('GGML_CUDA = "ON", GGML_CUDA_KVARN = "ON", CMAKE_CUDA_ARCHITECTURES = "89"'))
     third = attempt(kv, stage, other, index=3)

@@ -40,7 +40,7 @@ OutputCallback = Callable[[str, str], None]
 
 
 @dataclass(frozen=True)
-class ScratchKey:
+class KeptBuildKey:
     """What a scratch build folder is for: a configure is reused only for the same key."""
 
     source_dir: Path
@@ -50,7 +50,7 @@ class ScratchKey:
 
     @classmethod
     def make(cls, source_dir: Path, commit: str | None, defines: Mapping[str, str],
-             launcher: str | None) -> "ScratchKey":
+             launcher: str | None) -> "KeptBuildKey":
         return cls(Path(source_dir).resolve(), commit, tuple(sorted((str(k), str(v)) for k, v in defines.items())),
                    launcher)
 
@@ -73,7 +73,7 @@ def compiler_launcher(environ: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
-def configure_argv(key: ScratchKey, build_dir: Path) -> list[str]:
+def configure_argv(key: KeptBuildKey, build_dir: Path) -> list[str]:
     argv = ["cmake", "-S", str(key.source_dir), "-B", str(build_dir), "-G", "Ninja"]
     argv += [f"-D{name}={value}" for name, value in key.defines]
     if key.launcher:
@@ -141,7 +141,7 @@ def option_definition(source_dir: Path, name: str) -> str | None:
 
 
 @dataclass
-class ScratchRun:
+class KeptBuildRun:
     """What one use of a scratch build did. ``stopped`` says why no build ran (and ``verdict``
     which one that calls for); otherwise the last result is the build's."""
 
@@ -152,7 +152,7 @@ class ScratchRun:
     stopped: str | None = None
     verdict: str | None = None            # "not-applicable" | "skipped" | "inconclusive" with `stopped`
 
-    def stop(self, verdict: str, reason: str) -> "ScratchRun":
+    def stop(self, verdict: str, reason: str) -> "KeptBuildRun":
         self.verdict, self.stopped = verdict, reason
         return self
 
@@ -161,10 +161,10 @@ class ScratchRun:
         return any(r.timed_out for r in self.results)
 
 
-class ScratchBuild:
+class KeptBuild:
     """One kept scratch build folder and the commands that use it."""
 
-    def __init__(self, root: Path, key: ScratchKey):
+    def __init__(self, root: Path, key: KeptBuildKey):
         self.root = Path(root)
         self.key = key
         self.path = self.root / key.folder_name()
@@ -215,11 +215,11 @@ class ScratchBuild:
 
     def compile_sources(self, sources: Sequence[str], *, log_dir: Path, name: str, deadline: float,
                         required_options: Sequence[str] = (), on_output: OutputCallback | None = None,
-                        say: Callable[[str], None] | None = None, cancel=None) -> ScratchRun:
+                        say: Callable[[str], None] | None = None, cancel=None) -> KeptBuildRun:
         """Configure if needed, find the objects of ``sources`` (paths relative to the source
         tree), build only those (``ninja -k 0``: every object, every error). Commands get
         what is left until ``deadline`` (monotonic); CommandInterrupted propagates."""
-        run = ScratchRun(self.path)
+        run = KeptBuildRun(self.path)
         say = say or (lambda text: None)
         with self.locked(deadline) as have:
             if not have:
