@@ -84,6 +84,13 @@ def attempt(kv, stage, entry, *, gate=ALLOWED, budget_s=None, index=1, lines=Non
                            control=lambda log_dir, defines, launcher: gate)
 
 
+def attempt_under(kv, stage, monkeypatch, entry, variable: str, value: str, index: int):
+    """An attempt with one stand-in's behaviour switched on by ``variable``, then off again."""
+    with monkeypatch.context() as patch:
+        patch.setenv(variable, value)
+        return attempt(kv, stage, entry, index=index)
+
+
 def test_the_compilers_error_lines_are_quoted_and_counted(kv, stage):
     stage.use("stale_call_sites")
     entry = kv.entry("D907", body())
@@ -144,11 +151,9 @@ def test_the_scratch_configure_is_reused_for_the_same_key_and_redone_for_other_o
 def test_a_failed_configure_is_inconclusive_and_not_reused(kv, stage, monkeypatch):
     stage.use("compiles_clean")
     entry = kv.entry("D907", body())
-    monkeypatch.setenv("FAKE_CMAKE_FAILS", "1")
-    failed = attempt(kv, stage, entry, index=1)
+    failed = attempt_under(kv, stage, monkeypatch, entry, "FAKE_CMAKE_FAILS", "1", index=1)
     assert failed.verdict is Verdict.INCONCLUSIVE
     assert "the scratch configure failed (exit 1): CMake Error at ggml/src/ggml-cuda/CMakeLists.txt:3" in failed.reason
-    monkeypatch.delenv("FAKE_CMAKE_FAILS")
     assert attempt(kv, stage, entry, index=2).verdict is Verdict.NOT_REPRODUCED
     assert stage.configures() == 2
 
@@ -156,14 +161,11 @@ def test_a_failed_configure_is_inconclusive_and_not_reused(kv, stage, monkeypatc
 def test_what_the_tree_lacks_is_not_applicable_and_says_what(kv, stage, monkeypatch):
     stage.use("compiles_clean")
     entry = kv.entry("D907", body())
-    monkeypatch.setenv("FAKE_CMAKE_UNUSED", "GGML_CUDA_KVARN")
-    unused = attempt(kv, stage, entry, index=1)
+    unused = attempt_under(kv, stage, monkeypatch, entry, "FAKE_CMAKE_UNUSED", "GGML_CUDA_KVARN", index=1)
     assert unused.verdict is Verdict.NOT_APPLICABLE
     assert "does not use GGML_CUDA_KVARN" in unused.reason
-    monkeypatch.delenv("FAKE_CMAKE_UNUSED")
-    monkeypatch.setenv("FAKE_NINJA_NOT_COMPILED", Path(SOURCE).name)
     other = kv.entry("D908", body('GGML_CUDA_KVARN = "ON"'))
-    not_compiled = attempt(kv, stage, other, index=2)
+    not_compiled = attempt_under(kv, stage, monkeypatch, other, "FAKE_NINJA_NOT_COMPILED", Path(SOURCE).name, index=2)
     assert not_compiled.verdict is Verdict.NOT_APPLICABLE
     assert f"the configured project does not compile {SOURCE}" in not_compiled.reason
     (stage.source / "ggml" / "CMakeLists.txt").write_text("# upstream: no KVarN option\n")
