@@ -54,6 +54,15 @@ class CommandInterrupted(CommandError):
         self.result = result
 
 
+class SlotTimeout(KvdiagError):
+    """The GPU slots were not free in time. ``.holders`` is [(slot, pid)], ``.pids`` the distinct pids."""
+
+    def __init__(self, message: str, holders: list[tuple[int, int | None]]):
+        super().__init__(message)
+        self.holders = holders
+        self.pids = sorted({pid for _, pid in holders if pid is not None})
+
+
 class CompileError(KvdiagError):
     """nvcc is missing or failed on a canary."""
 
@@ -79,6 +88,14 @@ class BuildFailed(KvdiagError):
 
 
 # --------------------------------------------------------------------------- asked the impossible
+
+
+class ScanNotRun(KvdiagError):
+    """The entry cannot be scanned on this target: carries the verdict that says why."""
+
+    def __init__(self, verdict: str, reason: str):
+        super().__init__(reason)
+        self.verdict = verdict
 
 
 class TemplateProblem(UsageError):

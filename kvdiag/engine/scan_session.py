@@ -14,20 +14,12 @@ from kvdiag.engine.scan_batch import batchable
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Verdict
 from kvdiag.engine.devices import select_devices
-from kvdiag.errors import KvdiagError, UsageError
+from kvdiag.errors import ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.proc.slots import slots_for_memory
 from kvdiag.registry.entry import Entry
 from kvdiag.report.templating import render
 from kvdiag.store.runs import RunStore
-
-
-class ScanNotRun(KvdiagError):
-    """The entry cannot be scanned on this target: carries the verdict that says why."""
-
-    def __init__(self, verdict: str, reason: str):
-        super().__init__(reason)
-        self.verdict = verdict
 
 
 def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None, params: str | None,

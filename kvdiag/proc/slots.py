@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from kvdiag.errors import KvdiagError
+from kvdiag.errors import SlotTimeout
 
 __all__ = [
     "DEFAULT_PER_SLOT_BYTES",
@@ -49,15 +49,6 @@ __all__ = [
 DEFAULT_PER_SLOT_BYTES = 16 * 1024**3
 POLL_S = 0.1
 _SLOT_RE = re.compile(r"^slot-(\d+)\.lock$")
-
-
-class SlotTimeout(KvdiagError):
-    """The slots were not free in time. ``.holders`` is [(slot, pid)], ``.pids`` the distinct pids."""
-
-    def __init__(self, message: str, holders: list[tuple[int, int | None]]):
-        super().__init__(message)
-        self.holders = holders
-        self.pids = sorted({pid for _, pid in holders if pid is not None})
 
 
 def default_lock_root() -> Path:

@@ -172,3 +172,19 @@ def process_importers() -> dict[str, set[str]]:
             if hits:
                 found.setdefault(name, set()).update(hits)
     return found
+
+
+def error_classes_outside_errors_module() -> list[str]:
+    """Classes deriving from one of kvdiag.errors' classes but defined elsewhere."""
+    errors = module_files()["kvdiag.errors"]
+    known = {n.name for n in ast.walk(ast.parse(errors.read_text(encoding="utf-8"))) if isinstance(n, ast.ClassDef)}
+    found = []
+    for name, path in module_files().items():
+        if path == errors:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                if bases & known:
+                    found.append(f"{name}.{node.name}")
+    return found

@@ -48,3 +48,8 @@ def test_only_the_process_layer_starts_processes():
     subprocess or sh."""
     outside = {m: libs for m, libs in layout.process_importers().items() if not m.startswith("kvdiag.proc.")}
     assert outside == {}
+
+
+def test_every_error_reported_to_the_user_is_defined_in_one_module():
+    """kvdiag.errors holds every KvdiagError and the exit code each means."""
+    assert layout.error_classes_outside_errors_module() == []
