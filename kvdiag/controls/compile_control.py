@@ -66,22 +66,26 @@ template __global__ void current_kernel<32>(const float *, float *, int);
 """
 
 
-def compile_control_gate(home: Path, log_dir: Path, defines: Mapping[str, str], launcher: str | None) -> Gate:
-    """May a compile step that built clean say not-reproduced? Runs the control once per key."""
+def compile_control_gate(home: Path, log_dir: Path, defines: Mapping[str, str], launcher: str | None,
+                         deadline: float | None = None) -> Gate:
+    """May a compile step that built clean say not-reproduced? Runs the control once per key,
+    by ``deadline`` (monotonic; the step's budget covers its control) when given."""
     try:
         key = _environment_key(log_dir, defines, launcher)
     except CommandError as exc:
         return Gate(False, f"the compile control could not read the tool versions ({exc})")
     record = load_control(home, key, TOOL)
     if record is None:
-        record = run_compile_control(key, log_dir, defines, launcher)
+        record = run_compile_control(key, log_dir, defines, launcher, deadline)
         if record.positive_detected is not None:
             store_record(home, record)
     return gate_for_record(TOOL, record)
 
 
-def run_compile_control(key: str, log_dir: Path, defines: Mapping[str, str], launcher: str | None) -> ControlRecord:
-    """Stage the project, compile it through a scratch build, and judge what it printed."""
+def run_compile_control(key: str, log_dir: Path, defines: Mapping[str, str], launcher: str | None,
+                        deadline: float | None = None) -> ControlRecord:
+    """Stage the project, compile it through a scratch build, and judge what it printed. A
+    control cut short by ``deadline`` is not passed (and, undetermined, not stored)."""
     wanted = {k: v for k, v in defines.items() if k in ("CMAKE_CUDA_ARCHITECTURES", "CMAKE_BUILD_TYPE")}
     date = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="kvdiag-compile-control-") as tmp:
@@ -94,7 +98,8 @@ def run_compile_control(key: str, log_dir: Path, defines: Mapping[str, str], lau
         expect_line = _STALE.splitlines().index(next(x for x in _STALE.splitlines() if "KVDIAG-EXPECT" in x)) + 1
         build = KeptBuild(Path(tmp) / "scratch", KeptBuildKey.make(source, None, wanted, launcher))
         run = build.compile_sources(["stale_call.cu", "current_call.cu"], log_dir=log_dir, name="compile-control",
-                                    deadline=time.monotonic() + CONTROL_BUDGET_S)
+                                    deadline=min(time.monotonic() + CONTROL_BUDGET_S,
+                                             deadline if deadline is not None else float("inf")))
         if run.stopped or run.timed_out or not run.results:
             detail = run.stopped or run.results[-1].describe()
             return ControlRecord(key, TOOL, False, date, f"the control could not compile: {detail}",

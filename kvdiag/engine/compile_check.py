@@ -35,7 +35,7 @@ from kvdiag.proc.runner import CommandInterrupted
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.target.kept_build import SCRATCH_DIR, KeptBuild, KeptBuildKey, compiler_launcher, option_definition
 
-GateFactory = Callable[[Path, dict, str | None], Gate]
+GateFactory = Callable[[Path, dict, str | None, float], Gate]
 
 
 class CompileInterrupted(Exception):
@@ -61,7 +61,7 @@ def attempt_compile(entry: Entry, step: Step, build, home: Path, log_dir: Path, 
                     control: GateFactory | None = None) -> Attempt:
     """Run one attempt of a compile step against ``build`` (a BuildInfo) and judge it.
 
-    ``control(log_dir, defines, launcher)`` gives the gate for a not-reproduced (default:
+    ``control(log_dir, defines, launcher, deadline)`` gives the gate for a not-reproduced (default:
     the compile control). Raises :class:`CompileInterrupted` on Ctrl-C."""
     started = time.monotonic()
     limit = step_limit(step, budget_s)
@@ -95,16 +95,16 @@ def attempt_compile(entry: Entry, step: Step, build, home: Path, log_dir: Path, 
                        commands=commands, duration_s=duration, log_dir=str(log_dir))
     obs = observe(step, run.results, [])
     gate = control or _default_control(home)
-    attempt = judge_attempt(entry, obs, lambda: gate(log_dir / "control", dict(step.cmake_defines), key.launcher),
-                            index, duration, str(log_dir))
+    attempt = judge_attempt(entry, obs, lambda: gate(log_dir / "control", dict(step.cmake_defines), key.launcher,
+                                                     started + limit), index, duration, str(log_dir))
     return _explained(attempt, run, obs.combined)
 
 
 def _default_control(home: Path) -> GateFactory:
-    def gate(log_dir: Path, defines: dict, launcher: str | None) -> Gate:
+    def gate(log_dir: Path, defines: dict, launcher: str | None, deadline: float) -> Gate:
         from kvdiag.controls.compile_control import compile_control_gate
 
-        return compile_control_gate(home, log_dir, defines, launcher)
+        return compile_control_gate(home, log_dir, defines, launcher, deadline)
     return gate
 
 

@@ -38,6 +38,12 @@ def test_the_staged_mismatch_is_seen_and_the_current_call_compiles(tmp_path, mon
     assert "compile control passed on this machine" in second.reason
 
 
+def test_a_control_past_the_steps_deadline_is_no_consent_and_not_kept(tmp_path):
+    gate = compile_control_gate(tmp_path / "home", tmp_path / "logs", DEFINES, None, deadline=0.0)
+    assert not gate.allowed
+    assert not (tmp_path / "home" / "controls.json").exists()
+
+
 def test_without_the_toolchain_there_is_no_consent(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     gate = compile_control_gate(tmp_path / "home", tmp_path / "logs", DEFINES, None)

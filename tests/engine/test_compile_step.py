@@ -81,7 +81,7 @@ def attempt(kv, stage, entry, *, gate=ALLOWED, budget_s=None, index=1, lines=Non
     log_dir = stage.tmp / f"logs-{index}"
     return attempt_compile(entry, entry.default_step, stage.build, stage.home, log_dir, index, budget_s=budget_s,
                            on_output=(lambda s, line: lines.append(line)) if lines is not None else None,
-                           control=lambda log_dir, defines, launcher: gate)
+                           control=lambda log_dir, defines, launcher, deadline: gate)
 
 
 def attempt_under(kv, stage, monkeypatch, entry, variable: str, value: str, index: int):
