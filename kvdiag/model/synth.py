@@ -45,6 +45,11 @@ llama-server (749f688fc) answered every completion on such a model with HTTP
 500 "The model produced output that does not match the expected Content-only
 format" (device run, two H200s, 2026-11-29). This remedy has not yet been
 re-run on a device.
+
+``arch="qwen35"`` writes the same tokenizer and printable-ASCII ``output``
+around a hybrid Qwen3.5 trunk, and ``mtp_layers=1`` appends the NextN/MTP block
+that llama-server's ``--spec-type draft-mtp`` drafts with (D3's path): the
+layout and the reasons for that architecture are in :mod:`kvdiag.model.qwen35`.
 """
 
 from __future__ import annotations
@@ -55,8 +60,9 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag.errors import UsageError
+from kvdiag.model import qwen35
 
-ARCH = "llama"
+ARCHES = ("llama", qwen35.ARCH)
 SPECIALS = ("<unk>", "<s>", "</s>")
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 N_BYTE_TOKENS = 256
@@ -74,7 +80,8 @@ def gguf_module():
         import gguf  # noqa: PLC0415
     except ImportError:
         raise UsageError("writing a GGUF needs the gguf package (and numpy): "
-                         "pip install 'gguf>=0.10' numpy (or kvdiag's 'model' extra)") from None
+                         "pip install 'gguf>=0.10' numpy (both are kvdiag dependencies: "
+                         "reinstall kvdiag with python3 -m pip install -e .)") from None
     return gguf
 
 
@@ -95,6 +102,13 @@ class ModelSpec:
     rope_freq_base: float = 10000.0
     rms_eps: float = 1e-5
     name: str = ""
+    arch: str = "llama"
+    mtp_layers: int = 0             # qwen35: NextN/MTP blocks appended after the trunk
+    attention_interval: int = 4     # qwen35: every Nth trunk layer is attention, the rest gated delta net
+    ssm_state: int = 64             # qwen35: delta-net head dim (K and V)
+    ssm_groups: int = 2             # qwen35: delta-net K heads
+    ssm_v_heads: int = 4            # qwen35: delta-net V heads
+    ssm_conv: int = 4               # qwen35: conv kernel
 
     @property
     def embd(self) -> int:
@@ -110,8 +124,14 @@ class ModelSpec:
 
     @property
     def model_name(self) -> str:
-        return self.name or (f"kvdiag-tiny-llama-d{self.head_dim}-h{self.n_head}-kv{self.n_head_kv}"
-                             f"-l{self.n_layer}")
+        mtp = f"-mtp{self.mtp_layers}" if self.mtp_layers else ""
+        return self.name or (f"kvdiag-tiny-{self.arch}-d{self.head_dim}-h{self.n_head}-kv{self.n_head_kv}"
+                             f"-l{self.n_layer}{mtp}")
+
+    @property
+    def block_count(self) -> int:
+        """``<arch>.block_count``: the trunk and the MTP blocks after it."""
+        return self.n_layer + self.mtp_layers
 
     def problems(self) -> list[str]:
         out = []
@@ -129,10 +149,18 @@ class ModelSpec:
                        f"({len(SPECIALS)} specials + {N_BYTE_TOKENS} bytes), got {self.n_vocab}")
         if self.dtype not in TYPES:
             out.append(f"dtype must be one of {', '.join(TYPES)} (got {self.dtype!r})")
+        if self.arch not in ARCHES:
+            out.append(f"arch must be one of {', '.join(ARCHES)} (got {self.arch!r})")
+        elif self.arch == qwen35.ARCH:
+            out.extend(qwen35.problems(self))
+        elif self.mtp_layers:
+            out.append(f"only qwen35 carries MTP blocks here (got --mtp-layers {self.mtp_layers} with {self.arch})")
         return out
 
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every tensor's shape in ggml order (ne0 first), as llama.cpp expects it."""
+        if self.arch == qwen35.ARCH:
+            return qwen35.tensor_shapes(self)
         e, v, ff = self.embd, self.n_vocab, self.ff
         q, kv = self.head_dim * self.n_head, self.head_dim * self.n_head_kv
         shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (e, v), "output_norm.weight": (e,),
@@ -178,7 +206,7 @@ class SynthReport:
 
     def to_dict(self) -> dict[str, Any]:
         s = self.spec
-        return {"path": str(self.path), "architecture": ARCH, "name": s.model_name, "head_dim": s.head_dim,
+        return {"path": str(self.path), "architecture": s.arch, "mtp_layers": s.mtp_layers, "name": s.model_name, "head_dim": s.head_dim,
                 "n_head": s.n_head, "n_head_kv": s.n_head_kv, "gqa_ratio": s.gqa, "n_layer": s.n_layer,
                 "n_embd": s.embd, "n_ff": s.ff, "n_ctx": s.n_ctx, "n_vocab": s.n_vocab, "dtype": s.dtype,
                 "seed": s.seed, "n_params": self.n_params, "bytes": self.bytes,
@@ -199,15 +227,16 @@ def synthesize(spec: ModelSpec, path: Path) -> SynthReport:
     rng = np.random.default_rng(spec.seed)
     wtype = np.float16 if spec.dtype == "f16" else np.float32
     shapes = spec.tensor_shapes()
-    writer = gguf.GGUFWriter(str(tmp), ARCH)
+    writer = gguf.GGUFWriter(str(tmp), spec.arch)
     try:
         _metadata(writer, gguf, spec)
         for name, ne in shapes.items():
             numpy_shape = tuple(reversed(ne))         # gguf writes a numpy shape reversed: (ne1, ne0)
             if len(ne) == 1:
-                data = np.ones(numpy_shape, dtype=np.float32)
+                data = np.full(numpy_shape, qwen35.one_d_fill(name), dtype=np.float32)
             else:
-                data = (rng.standard_normal(numpy_shape, dtype=np.float32) * WEIGHT_STD).astype(wtype)
+                data = rng.standard_normal(numpy_shape, dtype=np.float32) * WEIGHT_STD
+                data = data if qwen35.keeps_f32(name) else data.astype(wtype)
             if name == "output.weight":
                 data[[i for i in range(spec.n_vocab) if i not in SPEAKABLE_TOKENS]] = 0
             writer.add_tensor(name, data)
@@ -232,13 +261,16 @@ def _metadata(writer, gguf, spec: ModelSpec) -> None:
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     writer.add_context_length(spec.n_ctx)
     writer.add_embedding_length(spec.embd)
-    writer.add_block_count(spec.n_layer)
+    writer.add_block_count(spec.block_count)
     writer.add_feed_forward_length(spec.ff)
     writer.add_head_count(spec.n_head)
     writer.add_head_count_kv(spec.n_head_kv)
     writer.add_key_length(spec.head_dim)
     writer.add_value_length(spec.head_dim)
-    writer.add_rope_dimension_count(spec.head_dim)
+    if spec.arch == qwen35.ARCH:
+        qwen35.metadata(writer, spec)
+    else:
+        writer.add_rope_dimension_count(spec.head_dim)
     writer.add_rope_freq_base(spec.rope_freq_base)
     writer.add_layer_norm_rms_eps(spec.rms_eps)
     writer.add_vocab_size(spec.n_vocab)

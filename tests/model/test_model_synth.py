@@ -1,8 +1,7 @@
 """`kvdiag model synth`: the GGUF it writes, read back with gguf.GGUFReader.
 
 The attention shape is asserted from the file itself (metadata and tensor
-dims in ggml order), as llama.cpp will read it. Skipped where the optional
-``gguf`` package is not installed.
+dims in ggml order), as llama.cpp will read it.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import gguf          # kvdiag dependencies (pyproject), so never skipped
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -18,24 +19,7 @@ from kvdiag.commands.model import model_group
 from kvdiag.errors import UsageError
 from kvdiag.model.synth import MIN_VOCAB, ModelSpec, synthesize, vocabulary
 
-try:
-    import gguf
-    import numpy as np
-except ImportError:  # the optional 'model' extra is not installed
-    pytest.skip("the optional gguf package (and numpy) is not installed", allow_module_level=True)
-
-
-def field(reader, key: str):
-    """A metadata value: scalar, string, or list (read from the raw parts, as every gguf version has them)."""
-    f = reader.fields[key]
-    kind = f.types[0]
-    if kind == gguf.GGUFValueType.ARRAY:
-        if f.types[1] == gguf.GGUFValueType.STRING:
-            return [bytes(f.parts[i]).decode() for i in f.data]
-        return [f.parts[i].tolist()[0] for i in f.data]
-    if kind == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode()
-    return f.parts[f.data[0]].tolist()[0]
+from gguf_fields import field
 
 
 @pytest.fixture(scope="module")
