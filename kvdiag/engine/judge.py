@@ -110,9 +110,11 @@ def _abnormal(obs: Observations) -> str | None:
     step = obs.step
     last = obs.last
     if step.expect:
-        if re.search(step.expect, obs.combined, re.M):
+        missing = [p for p in step.expect if not re.search(p, obs.combined, re.M)]
+        if not missing:
             return None
-        return f"the path did not run as expected: /{step.expect}/ not seen ({last.describe() if last else 'nothing ran'})"
+        unseen = ", ".join(f"/{p}/" for p in missing)
+        return f"the path did not run as expected: {unseen} not seen ({last.describe() if last else 'nothing ran'})"
     report = obs.sanitizer
     if report is not None and (report.findings or report.error_count):
         sites = ", ".join(site_label(s) for s in report.sites[:3])
@@ -156,7 +158,8 @@ def _what_ran(obs: Observations) -> str:
     if report is not None:
         return f"{report.executed} matching case(s) executed ({report.passed} OK, {report.failed} FAIL)"
     if obs.step.expect:
-        return f"the expected path ran (/{obs.step.expect}/ seen; {obs.last.describe()})"
+        seen = ", ".join(f"/{p}/" for p in obs.step.expect)
+        return f"the expected path ran ({seen} seen; {obs.last.describe()})"
     return f"the command ran to completion ({obs.last.describe()})"
 
 

@@ -46,7 +46,7 @@ class Step:
     kernel_filter: str | None = None
     print_limit: int | None = None
     min_cases: int = 1
-    expect: str | None = None
+    expect: tuple[str, ...] = ()       # every pattern must be seen (the loader makes one string a 1-tuple)
     evidence: tuple[str, ...] = ()
     vars: Mapping[str, Any] = field(default_factory=dict)
     requires_env: tuple[str, ...] = ()

@@ -115,6 +115,12 @@ def _check_value(value: Any, spec: schema.Key) -> str | None:
             return f"{', '.join(map(repr, bad))} not in {', '.join(spec.enum)}"
     elif kind == "regex":
         return _check_regex(value)
+    elif kind == "regexes":
+        if isinstance(value, list):
+            if not value:
+                return "must be a regex or a non-empty array of regexes"
+            return next((msg for msg in map(_check_regex, value) if msg), None)
+        return _check_regex(value)
     elif kind == "argv":
         return _check_argv(value)
     elif kind == "argv-list":

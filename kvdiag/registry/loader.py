@@ -80,6 +80,13 @@ def build_entry(raw: RawEntry) -> Entry:
     )
 
 
+def _patterns(value: str | list[str] | None) -> tuple[str, ...]:
+    """``expect`` as written: absent, one regex, or an array of regexes."""
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
 def _build_step(s: dict[str, Any]) -> Step:
     return Step(
         name=s["name"],
@@ -98,7 +105,7 @@ def _build_step(s: dict[str, Any]) -> Step:
         kernel_filter=s.get("kernel_filter"),
         print_limit=s.get("print_limit"),
         min_cases=int(s.get("min_cases", 1)),
-        expect=s.get("expect"),
+        expect=_patterns(s.get("expect")),
         evidence=tuple(s.get("evidence", ())),
         vars=dict(s.get("vars", {})),
         requires_env=tuple(s.get("requires_env", ())),

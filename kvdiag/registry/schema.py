@@ -20,7 +20,7 @@ from kvdiag.constants import SANITIZER_TOOLS
 class Key:
     """One key of a section: its type, whether it is required, and its closed set if any."""
 
-    type: str  # str | int | float | bool | date | list[str] | regex | list[regex] | argv | argv-list | table | list[table]
+    type: str  # str | int | float | bool | date | list[str] | regex | regexes | argv | argv-list | table | list[table]
     required: bool = False
     enum: tuple[str, ...] = ()
     doc: str = ""
@@ -197,7 +197,9 @@ STEP = Section(
         "kernel_filter": _s("compute-sanitizer --kernel-name value."),
         "print_limit": Key("int"),
         "min_cases": Key("int", doc="backend-ops: fewer executed matching cases is not-applicable."),
-        "expect": Key("regex", doc="What a healthy run prints: proof the path executed (control)."),
+        "expect": Key("regexes", doc="What a healthy run prints: proof the path executed (control). One regex, "
+                                     "or an array of regexes that must all be seen (e.g. that the draft path ran "
+                                     "and that the KV cache was in host memory)."),
         "evidence": Key("list[str]", enum=EVIDENCE_KINDS),
         "vars": Key("table", doc="Template variables of this step (op, params, …); scan overrides params."),
         "requires_env": Key("list[str]", doc="Environment variables this step alone needs (e.g. a model path)."),

@@ -188,7 +188,7 @@ def test_only_a_test_backend_ops_step_with_a_params_regex_is_batched(d2):
     fast = d2.step("fast")
     assert batchable(fast)
     assert not batchable(d2.step("server"))
-    assert not batchable(dataclasses.replace(fast, expect="Testing 2 devices"))
+    assert not batchable(dataclasses.replace(fast, expect=("Testing 2 devices",)))
     step = batch_step(fast)
     assert step.tty and step.print_limit == 0
     assert step.sanitizer_options[-2:] == ("--destroy-on-device-error", "kernel")

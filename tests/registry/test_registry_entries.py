@@ -176,7 +176,7 @@ def test_d12_probe_proves_the_exception_path_and_wants_sigill(entries):
     d12 = entries["D12"]
     step = d12.default_step
     assert "--test-file" in step.argv
-    assert re.search(step.expect, "  what():  Unable to read test file")
+    assert re.search(step.expect[0], "  what():  Unable to read test file")
     (exit_matcher,) = d12.signature
     assert exit_matcher.get("signal") == "SIGILL"
 
