@@ -142,17 +142,39 @@ def test_d3_same_error_elsewhere_is_inconclusive(entries):
     assert judge(entries["D3"], aborted("", err)) is INCONCLUSIVE
 
 
+HOST_KV = "llama_kv_cache:  CUDA_Host KV buffer size =    18.00 MiB\n"
+DRAFTED = ("slot print_timing: id  0 | task 0 | \n"
+           "draft acceptance = 0.12000 (   54 accepted /   450 generated), mean len =  1.12\n")
+
+
+def test_d3_clean_run_is_not_reproduced_only_with_host_kv_and_an_accepted_draft(entries):
+    assert judge(entries["D3"], Printed(stderr=HOST_KV + DRAFTED)) is NOT_REPRODUCED
+    assert judge(entries["D3"], Printed(stderr=HOST_KV)) is INCONCLUSIVE            # the draft path never ran
+    assert judge(entries["D3"], Printed(stderr=DRAFTED)) is INCONCLUSIVE            # where the KV lived is unknown
+    none_accepted = DRAFTED.replace("   54 accepted", "    0 accepted")
+    assert judge(entries["D3"], Printed(stderr=HOST_KV + none_accepted)) is INCONCLUSIVE
+    on_device = "llama_kv_cache:      CUDA0 KV buffer size =    18.00 MiB\n"
+    assert judge(entries["D3"], Printed(stderr=HOST_KV + on_device + DRAFTED)) is INCONCLUSIVE
+
+
 def test_d5_host_buffer_over_a_gigabyte_is_confirmed_and_q8_arm_is_not(entries):
+    enabled = "llama_init_from_model: enabling structured KVarN cache type kvarn_k5v5_g128\n"
     big = "llama_context:  CUDA_Host compute buffer size =  2195.90 MiB\n"
     small = "llama_context:  CUDA_Host compute buffer size =    20.28 MiB\n"
-    assert judge(entries["D5"], Printed(stderr=big)) is CONFIRMED
-    assert judge(entries["D5"], Printed(stderr=small)) is NOT_REPRODUCED
+    assert judge(entries["D5"], Printed(stderr=enabled + big)) is CONFIRMED
+    assert judge(entries["D5"], Printed(stderr=enabled + small)) is NOT_REPRODUCED
+    assert judge(entries["D5"], Printed(stderr=small)) is INCONCLUSIVE      # KVarN fell back: nothing was tested
 
 
 def test_d9_refusal_pattern(entries):
-    refused = "llama_init_from_model: KVarN cache types are not supported for a device-resident KV cache\n"
+    """The fork's own line (src/llama-context.cpp, reason from src/llama-kvarn.cpp)."""
+    refused = ("llama_init_from_model: cannot enable kvarn_k5v5_g128: KVarN requires a backend with KVarN store "
+               "and materialization support\n")
+    head_dims = ("llama_init_from_model: cannot enable kvarn_k5v5_g128: KVarN requires 128-, 256-, or "
+                 "512-dimensional key/value heads\n")
     accepted = "main: server is listening on http://127.0.0.1:8080\n"
     assert judge(entries["D9"], Printed(stderr=refused, returncode=1)) is CONFIRMED
+    assert judge(entries["D9"], Printed(stderr=head_dims, returncode=1)) is INCONCLUSIVE    # another refusal
     assert judge(entries["D9"], Printed(stderr=accepted)) is NOT_REPRODUCED
 
 
