@@ -158,9 +158,20 @@ def _what_ran(obs: Observations) -> str:
     if report is not None:
         return f"{report.executed} matching case(s) executed ({report.passed} OK, {report.failed} FAIL)"
     if obs.step.expect:
-        seen = ", ".join(f"/{p}/" for p in obs.step.expect)
-        return f"the expected path ran ({seen} seen; {obs.last.describe()})"
+        seen = "; ".join(_seen(p, obs.combined) for p in obs.step.expect)
+        return f"the expected path ran (seen: {seen}; {obs.last.describe()})"
     return f"the command ran to completion ({obs.last.describe()})"
+
+
+def _seen(pattern: str, text: str) -> str:
+    """The line an ``expect`` pattern matched, quoted (the pattern itself when it matched no text,
+    e.g. a negative lookahead)."""
+    m = re.search(pattern, text, re.M)
+    if m is None or m.start() == m.end():
+        return f"/{pattern}/"
+    start = text.rfind("\n", 0, m.start()) + 1
+    end = text.find("\n", m.end())
+    return repr(text[start:end if end >= 0 else len(text)].strip())
 
 
 def extract_evidence(obs: Observations, matches: Sequence[Match]) -> Evidence:

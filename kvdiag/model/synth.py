@@ -236,6 +236,8 @@ def synthesize(spec: ModelSpec, path: Path) -> SynthReport:
                 data = np.full(numpy_shape, qwen35.one_d_fill(name), dtype=np.float32)
             else:
                 data = rng.standard_normal(numpy_shape, dtype=np.float32) * WEIGHT_STD
+                if spec.mtp_layers:
+                    data = qwen35.steer_for_drafting(name, data, spec)
                 data = data if qwen35.keeps_f32(name) else data.astype(wtype)
             if name == "output.weight":
                 data[[i for i in range(spec.n_vocab) if i not in SPEAKABLE_TOKENS]] = 0

@@ -157,6 +157,23 @@ def test_d3_clean_run_is_not_reproduced_only_with_host_kv_and_an_accepted_draft(
     assert judge(entries["D3"], Printed(stderr=HOST_KV + on_device + DRAFTED)) is INCONCLUSIVE
 
 
+def test_d3_recorded_cpu_run_of_the_fork_is_not_reproduced_with_its_evidence(entries, project_dir):
+    """kvdiag's own run of D3's step on a CPU-only llama-server of the fork 775450a68 with the synthesized
+    MTP model (tests/fixtures/cpu-fork-775450a68-mtp): host KV, 629 of 806 drafted tokens accepted."""
+    recorded = project_dir / "tests" / "fixtures" / "cpu-fork-775450a68-mtp"
+    log = (recorded / "server-mtp-1.combined.log").read_text()
+    entry = entries["D3"]
+    obs = observe(entry.default_step, [Printed(stderr=log)], [])
+    attempt = judge_attempt(entry, obs, Gate(True, "control passed (test)"), 1, 0.0)
+    assert attempt.verdict is NOT_REPRODUCED
+    assert "CPU KV buffer size =     4.25 MiB" in attempt.reason
+    assert "draft acceptance = 0.78040 (  629 accepted /   806 generated)" in attempt.reason
+    # the same log with the target's KV cache on a device, or with no draft accepted, proves nothing
+    on_device = log.replace("       CPU KV buffer size =     4.25 MiB", "     CUDA0 KV buffer size =     4.25 MiB")
+    assert judge(entry, Printed(stderr=on_device)) is INCONCLUSIVE
+    assert judge(entry, Printed(stderr=log.replace("  629 accepted", "    0 accepted"))) is INCONCLUSIVE
+
+
 def test_d5_host_buffer_over_a_gigabyte_is_confirmed_and_q8_arm_is_not(entries):
     enabled = "llama_init_from_model: enabling structured KVarN cache type kvarn_k5v5_g128\n"
     big = "llama_context:  CUDA_Host compute buffer size =  2195.90 MiB\n"
