@@ -57,10 +57,9 @@ net's decay exp(softplus(.) * a) grow without bound over a long generation),
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from kvdiag.model.synth import ModelSpec
+ModelSpec = Any     # a kvdiag.model.synth.ModelSpec (synth imports this module, not the other way round)
 
 ARCH = "qwen35"
 F32_MATRICES = frozenset({"ssm_conv1d.weight"})
@@ -69,30 +68,30 @@ EMBED_RMS = 4.0        # token_embd's RMS in a model with an MTP block (the laye
 EH_GAIN = 4.0          # nextn.eh_proj's identity on the token-embedding half of its input
 
 
-def rope_dim(spec: "ModelSpec") -> int:
+def rope_dim(spec: ModelSpec) -> int:
     """A quarter of the head dim (Qwen3.5's partial rotary factor), even."""
     return max(2, (spec.head_dim // 4) // 2 * 2)
 
 
-def rope_sections(spec: "ModelSpec") -> list[int]:
+def rope_sections(spec: ModelSpec) -> list[int]:
     """IMROPE sections over the rotated pairs, split as Qwen3.5 splits 32 pairs: [11, 11, 10, 0]."""
     half = rope_dim(spec) // 2
     base, rem = divmod(half, 3)
     return [base + (rem > 0), base + (rem > 1), base, 0]
 
 
-def is_recurrent(spec: "ModelSpec", il: int) -> bool:
+def is_recurrent(spec: ModelSpec, il: int) -> bool:
     return il < spec.n_layer and (il + 1) % spec.attention_interval != 0
 
 
-def ssm_dims(spec: "ModelSpec") -> tuple[int, int, int]:
+def ssm_dims(spec: ModelSpec) -> tuple[int, int, int]:
     """(key_dim, value_dim, conv_dim) of the gated delta net."""
     key_dim = spec.ssm_state * spec.ssm_groups
     value_dim = spec.ssm_state * spec.ssm_v_heads
     return key_dim, value_dim, 2 * key_dim + value_dim
 
 
-def problems(spec: "ModelSpec") -> list[str]:
+def problems(spec: ModelSpec) -> list[str]:
     out = []
     if spec.mtp_layers not in (0, 1):
         out.append(f"qwen35's MTP graph runs exactly one MTP block (--mtp-layers 0 or 1, got {spec.mtp_layers})")
@@ -106,7 +105,7 @@ def problems(spec: "ModelSpec") -> list[str]:
     return out
 
 
-def tensor_shapes(spec: "ModelSpec") -> dict[str, tuple[int, ...]]:
+def tensor_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
     e, v, ff, hd = spec.embd, spec.n_vocab, spec.ff, spec.head_dim
     q, kv = hd * spec.n_head, hd * spec.n_head_kv
     key_dim, value_dim, conv_dim = ssm_dims(spec)
@@ -135,7 +134,7 @@ def tensor_shapes(spec: "ModelSpec") -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def steer_for_drafting(name: str, data, spec: "ModelSpec"):
+def steer_for_drafting(name: str, data, spec: ModelSpec):
     """The random float32 matrix ``data`` of tensor ``name``, steered so that drafts get accepted
     (see the module's docstring); other tensors unchanged."""
     if name == "token_embd.weight":
@@ -163,7 +162,7 @@ def keeps_f32(name: str) -> bool:
     return name.split(".", 2)[-1] in F32_MATRICES
 
 
-def metadata(writer, spec: "ModelSpec") -> None:
+def metadata(writer, spec: ModelSpec) -> None:
     """The architecture's keys beyond the common ones (``qwen35.*``)."""
     _, value_dim, _ = ssm_dims(spec)
     writer.add_rope_dimension_count(rope_dim(spec))
