@@ -276,7 +276,7 @@ def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, sanitizer, no_stalen
     Exit code: the verdict's (see `kvdiag --help`); with several entries, 1 if
     any is confirmed, else 4 if any is inconclusive, else 0.
     """
-    from kvdiag.engine.session import run_verdicts
+    from kvdiag.commands.runs import run_and_show
 
     if build_dir is None and not ids:
         return _doctor(None, refresh=False, fmt=fmt, sanitizer=sanitizer,
@@ -285,7 +285,7 @@ def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, sanitizer, no_stalen
     if build_dir is not None and not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
     entries = [ctx.registry.get(i) for i in ids] if ids else list(ctx.registry.entries)
-    outcomes = run_verdicts(entries, build_dir, step=step, runs=runs, overrides=overrides,
+    outcomes = run_and_show(entries, build_dir, step=step, runs=runs, overrides=overrides,
                             sanitizer=sanitizer, check_staleness=not no_staleness, fmt=fmt, quiet=quiet)
     return _combined_exit(outcomes)
 
@@ -342,14 +342,15 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
     else 0; when the entry cannot be scanned here, the exit code of that verdict
     (2 not-applicable, 3 skipped).
     """
-    from kvdiag.engine.scan_session import ScanNotRun, run_scan
+    from kvdiag.commands.runs import scan_and_show
+    from kvdiag.engine.scan_session import ScanNotRun
 
     entry = ctx.registry.get(entry_id)
     if not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
     try:
-        result = run_scan(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
-                          fmt=fmt, devices=devices, batch=batch)
+        result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
+                               fmt=fmt, devices=devices, batch=batch)
     except ScanNotRun as exc:
         from kvdiag.engine.verdict import Verdict
 
@@ -375,7 +376,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
 @pass_ctx
 def drift_cmd(ctx: Context, entry_id, build_dir, op, params, runs, fmt) -> int:
     """Numeric drift of (quantized) cases over repeated runs: fails, errors, margin to the threshold."""
-    from kvdiag.engine.drift_session import run_drift_session
+    from kvdiag.commands.runs import drift_and_show
 
     entry = ctx.registry.get(entry_id) if entry_id else None
     criterion = entry.drift if entry else None
@@ -383,8 +384,8 @@ def drift_cmd(ctx: Context, entry_id, build_dir, op, params, runs, fmt) -> int:
     params = params or (criterion or {}).get("params")
     if not op or not params:
         raise UsageError("drift needs an entry with a [drift] section, or --op and --params")
-    verdict = run_drift_session(entry, build_dir, op=op, params=params,
-                                runs=runs or (criterion or {}).get("runs", 5), fmt=fmt)
+    verdict = drift_and_show(entry, build_dir, op=op, params=params,
+                             runs=runs or (criterion or {}).get("runs", 5), fmt=fmt)
     from kvdiag.engine.verdict import Verdict
 
     return int(Verdict(verdict).exit_code)
@@ -445,7 +446,8 @@ def doctor_cmd(build_dir, refresh, sanitizer, fmt) -> int:
 
 
 def _doctor(build_dir, *, refresh: bool, fmt: str, sanitizer, preface: str | None = None) -> int:
-    from kvdiag.controls.doctor import doctor_exit_code, run_doctor
+    from kvdiag.commands.runs import doctor_report
+    from kvdiag.controls.doctor import doctor_exit_code
     from kvdiag.home import kvdiag_home
     from kvdiag.report.doctor_text import render_doctor
     from kvdiag.store.runs import RunStore
@@ -454,7 +456,8 @@ def _doctor(build_dir, *, refresh: bool, fmt: str, sanitizer, preface: str | Non
     run_dir = RunStore(home).create("doctor")
     if preface and fmt == "text":
         click.echo(f"kvdiag: {preface}", err=True)
-    report = run_doctor(home=home, sanitizer=sanitizer, build_dir=build_dir, refresh=refresh, log_dir=run_dir.logs)
+    report = doctor_report(fmt, home=home, sanitizer=sanitizer, build_dir=build_dir, refresh=refresh,
+                           log_dir=run_dir.logs)
     run_dir.write("run.json", {"entry": "doctor", "status": "finished", "doctor": report.to_dict()})
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))

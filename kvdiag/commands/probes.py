@@ -270,9 +270,10 @@ def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, bui
     Exit 4  inconclusive (including a patched tree that does not build)
     Exit 64/70  usage error (a probe that does not apply) / harness failure
     """
-    from kvdiag.engine.progress import Progress
+    from kvdiag.commands.progress import progress_display
     from kvdiag.engine.scratch_build import BuildFailed
-    from kvdiag.engine.verify import VerifyRequest, render_report, verify_fix
+    from kvdiag.engine.verify import VerifyRequest, verify_fix
+    from kvdiag.report.verify_text import render_report
     from kvdiag.home import kvdiag_home
     from kvdiag.probes.stack import order_stack
 
@@ -284,9 +285,9 @@ def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, bui
     recipe = _recipe(entry, configure_cmd, build_cmd, reference, jobs, build_timeout)
     request = VerifyRequest(entry=entry, source=source, stack=stack, recipe=recipe, build_dir=build_dir,
                             commit=commit, keep=keep, numeric_params=numeric_params, sanitizer=sanitizer, step=step)
-    progress = Progress(enabled=not quiet and fmt == "text")
     try:
-        report = verify_fix(request, home=kvdiag_home(), progress=progress)
+        with progress_display(quiet or fmt != "text") as progress:
+            report = verify_fix(request, home=kvdiag_home(), progress=progress)
     except BuildFailed as exc:
         click.echo(f"kvdiag: {exc.report()}", err=True)
         click.echo("kvdiag: scratch worktree and build removed" if not keep else "kvdiag: scratch tree kept (--keep)",
@@ -329,9 +330,10 @@ def bisect_cmd(obj, entry_id, source, good, bad, build_cmd, configure_cmd, build
     never blamed. Exit 0 when a first bad commit was found, 4 when skipped
     commits leave it ambiguous or git could not name one.
     """
-    from kvdiag.engine.bisect import BisectRequest, render_bisect, run_bisect
-    from kvdiag.engine.progress import Progress
+    from kvdiag.commands.progress import progress_display
+    from kvdiag.engine.bisect import BisectRequest, run_bisect
     from kvdiag.home import kvdiag_home
+    from kvdiag.report.bisect_text import render_bisect
 
     registry = _registry(obj)
     entry = registry.get(entry_id)
@@ -342,7 +344,8 @@ def bisect_cmd(obj, entry_id, source, good, bad, build_cmd, configure_cmd, build
                             build_cmd=build_cmd, reference_build=build_dir.absolute() if build_dir else None,
                             jobs=jobs, registry_dir=registry.root, step=step, sanitizer=sanitizer,
                             timeout=float(timeout), keep=keep)
-    report = run_bisect(request, home=kvdiag_home(), progress=Progress(enabled=not quiet and fmt == "text"))
+    with progress_display(quiet or fmt != "text") as progress:
+        report = run_bisect(request, home=kvdiag_home(), progress=progress)
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -366,8 +369,8 @@ def bisect_cmd(obj, entry_id, source, good, bad, build_cmd, configure_cmd, build
 def bisect_step_cmd(obj, entry_id, source, build_dir, record, configure_cmd, build_cmd, reference_dir, jobs,
                     registry_dir, step, sanitizer) -> int:
     """One step of `git bisect run`: build this commit, run the entry; exit 0 good, 1 bad, 125 skip."""
+    from kvdiag.commands.progress import progress_display
     from kvdiag.engine.bisect import SKIP, StepRecord, append_step, bisect_step
-    from kvdiag.engine.progress import Progress
     from kvdiag.home import kvdiag_home
 
     try:
@@ -384,8 +387,9 @@ def bisect_step_cmd(obj, entry_id, source, build_dir, record, configure_cmd, bui
         if record is not None:
             append_step(record, StepRecord("unknown", "error", str(exc), SKIP))
         return SKIP
-    code = bisect_step(entry, source=source, build_dir=build_dir, recipe=recipe, home=kvdiag_home(), record=record,
-                       step=step, sanitizer=sanitizer, progress=Progress(enabled=True, interval=0))
+    with progress_display(tty=False, plain_interval=float("inf")) as progress:   # lines into git bisect run's log
+        code = bisect_step(entry, source=source, build_dir=build_dir, recipe=recipe, home=kvdiag_home(),
+                           record=record, step=step, sanitizer=sanitizer, progress=progress)
     click.echo(f"kvdiag bisect-step: exit {code} ({ {0: 'good', 1: 'bad'}.get(code, 'skip') })", err=True)
     return code
 

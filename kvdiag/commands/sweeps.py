@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from kvdiag.engine.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.report.formats import SweepFormat, clip
@@ -52,21 +53,31 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(SweepFormat.na
               help="Also save the sweep JSON here (it is always saved under the run store).")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
-@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--devices", metavar="I,J", help="GPUs to use (default: every visible one), as kvdiag lists them.")
+@click.option("--step-budget", type=click.FloatRange(min=1), metavar="SECONDS",
+              help="Seconds any step may run before its process tree is ended and the entry is inconclusive "
+                   f"(default: {BUDGET_FACTOR}x the step's expected_seconds, at least {BUDGET_FLOOR_S:g}, "
+                   "at most its timeout).")
+@click.option("--skip-builds", is_flag=True,
+              help="Skip the steps that compile code (D7's configure and build): a sweep of the build's own "
+                   "binaries only. Default: build checks run.")
 @click.pass_obj
 def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer, no_staleness, quiet,
-              devices) -> int:
+              devices, step_budget, skip_builds) -> int:
     """Run every selected entry against one build; save, record and format the sweep.
 
     The target is inspected once. GPU entries run one after another on each GPU
     (one worker per visible GPU, each result naming its device); CPU-only
-    entries run beside them. The sweep is saved as JSON under the run store
-    (and to --save) and recorded in the history ($KVDIAG_HOME/history.sqlite).
+    entries run beside them. Every step has a time budget (--step-budget): past
+    it the step's processes are ended and its entry is inconclusive, partial log
+    kept. The sweep is saved as JSON under the run store (and to --save) after
+    every entry, and recorded in the history ($KVDIAG_HOME/history.sqlite).
 
     Exit code: 1 if any entry is confirmed, else 70 if kvdiag failed on any,
     else 4 if any is inconclusive, else 0 (130 when interrupted).
     """
+    from kvdiag.commands.progress import progress_display
     from kvdiag.engine.sweep import run_sweep, select_entries, sweep_exit_code
 
     if build_dir is None:
@@ -78,8 +89,12 @@ def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer
     selection = select_entries(ctx.registry.entries, only, exclude)
     if not selection:
         raise UsageError("the selection is empty: nothing to sweep")
-    result = run_sweep(selection, build_dir, shard=shard, sanitizer=sanitizer, check_staleness=not no_staleness,
-                       quiet=quiet, save=save, devices=devices)
+    with progress_display(quiet) as progress:
+        progress.say(f"build checks: {'skipped (--skip-builds)' if skip_builds else 'on (--skip-builds skips them)'}"
+                     f"; step budget: {f'{step_budget:g} s' if step_budget else 'from each step'}")
+        result = run_sweep(selection, build_dir, shard=shard, sanitizer=sanitizer, check_staleness=not no_staleness,
+                           save=save, devices=devices, progress=progress, step_budget=step_budget,
+                           skip_builds=skip_builds)
     _write_formatted(result.sweep, fmt, output, quiet)
     if not quiet:
         click.echo(f"kvdiag: sweep saved to {result.path}", err=True)

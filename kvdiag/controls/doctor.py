@@ -47,6 +47,7 @@ from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.proc.runner import CommandError, run_command
 from kvdiag.proc.sanitizer import SanitizerInvocation, find_sanitizer
+from kvdiag.progress import Progress
 from kvdiag.target.build import inspect_build
 from kvdiag.target.host import fingerprint_environment
 
@@ -428,7 +429,7 @@ def _cached_result(record: ControlRecord) -> ControlResult:
 
 def run_doctor(*, home: Path, sanitizer: Path | None, build_dir: Path | None, refresh: bool,
                tools: Sequence[str] = ALL_TOOLS, log_dir: Path, environment=None,
-               timeout: float = CONTROL_TIMEOUT_S) -> DoctorReport:
+               timeout: float = CONTROL_TIMEOUT_S, progress: Progress | None = None) -> DoctorReport:
     """The checks, then each tool's pair (a passed record for this machine is reused
     unless ``refresh``; a failed one always runs again); ran controls are stored.
 
@@ -458,7 +459,7 @@ def run_doctor(*, home: Path, sanitizer: Path | None, build_dir: Path | None, re
     cached = {} if refresh else load_controls(home, env_key)
     gap = _prerequisite_gap(env, sanitizer_path)
     compiler = None
-    for tool in tools:
+    for tool in _counted(tools, progress or Progress(), checks):
         if gap is not None:
             checks.append(Check(f"control {tool}", gap[0], gap[1]))
             continue
@@ -482,6 +483,17 @@ def run_doctor(*, home: Path, sanitizer: Path | None, build_dir: Path | None, re
                           environment=env.to_dict() if hasattr(env, "to_dict") else {})
     store_controls(home, report.records())
     return report
+
+
+def _counted(tools: Sequence[str], progress: Progress, checks: list[Check]):
+    """The tools, each reported to `progress` while its controls run and with its check when done."""
+    progress.begin("sanitizer tools", len(tools))
+    for tool in tools:
+        progress.start(f"control {tool}: positive and negative canaries")
+        yield tool
+        progress.stop()
+        progress.advance(f"{tool}: {checks[-1].status}")
+    progress.end()
 
 
 def format_report(report: DoctorReport) -> str:

@@ -31,7 +31,6 @@ from typing import Any, Sequence
 from kvdiag import resources
 from kvdiag.engine.execute import RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
-from kvdiag.engine.progress import Progress
 from kvdiag.engine.scratch_build import BuildFailed, BuildRecipe, build_tree
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Verdict
@@ -39,9 +38,9 @@ from kvdiag.errors import HarnessError, UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.probes.worktree import Git, porcelain_status, repo_toplevel, resolve_commit, scratch_worktree
 from kvdiag.proc.runner import CommandInterrupted
+from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunDir, RunStore, write_json_atomic
-from kvdiag.text import clip
 
 GOOD, BAD, SKIP = 0, 1, 125
 BISECT_TIMEOUT_S = 24 * 3600.0
@@ -102,7 +101,7 @@ def bisect_step(entry: Entry, *, source: Path, build_dir: Path, recipe: BuildRec
 
     Ctrl-C is re-raised (git bisect run then stops): it is not a verdict about the commit.
     """
-    progress = progress or Progress(enabled=False)
+    progress = progress or Progress()
     started = time.monotonic()
     store = RunStore(home)
     commit = "unknown"
@@ -231,7 +230,7 @@ def step_argv(request: BisectRequest, worktree: Path, build_dir: Path, record: P
 
 def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None = None) -> BisectReport:
     """Bisect in a scratch worktree; ``git bisect reset`` and its removal always follow."""
-    progress = progress or Progress(enabled=False)
+    progress = progress or Progress()
     entry = request.entry
     store = RunStore(home)
     run_dir = store.create(f"{entry.id}-bisect")
@@ -277,8 +276,15 @@ def _drive(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, re
     try:
         progress.say(f"bisecting {good[:12]}..{bad[:12]} in {worktree}")
         pythonpath = os.pathsep.join(p for p in (str(resources.import_root()), os.environ.get("PYTHONPATH")) if p)
-        run = git.run("bisect", "run", *step_argv(request, worktree, build_dir, record), timeout=request.timeout,
-                      name="bisect-run", env={"PYTHONPATH": pythonpath})
+        estimate = _BISECTING.search(start.combined_text())
+        progress.begin("bisect steps", int(estimate.group("steps")) + 1 if estimate else None)
+        progress.start(f"git bisect run {good[:12]}..{bad[:12]}", budget_s=request.timeout)
+        try:
+            run = git.run("bisect", "run", *step_argv(request, worktree, build_dir, record), timeout=request.timeout,
+                          name="bisect-run", env={"PYTHONPATH": pythonpath}, on_output=_step_counter(progress))
+        finally:
+            progress.stop()
+            progress.end()
         if run.interrupted:
             raise KeyboardInterrupt
         if run.timed_out:
@@ -287,6 +293,19 @@ def _drive(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, re
         return run.combined_text(), log.stdout_text()
     finally:
         git.run("bisect", "reset", name="bisect-reset")
+
+
+_BISECTING = re.compile(r"Bisecting: \d+ revisions? left to test after this \(roughly (?P<steps>\d+) steps?\)")
+
+
+def _step_counter(progress: Progress):
+    """on_output of `git bisect run`: each commit it judged is one step of the bisection."""
+    def on_output(stream: str, line: str) -> None:
+        if _BISECTING.search(line) or _FIRST_BAD.search(line):
+            progress.advance(line.strip()[:60])
+        else:
+            progress.line(stream, line)
+    return on_output
 
 
 def _interpret(output: str, git: Git, record: Path, good: str):
@@ -321,41 +340,3 @@ def _evidence(git: Git, sha: str, steps: Sequence[dict[str, Any]], good: str) ->
 def _last_lines(text: str, n: int = 3) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return " / ".join(lines[-n:]) or "(no output)"
-
-
-# --------------------------------------------------------------------------- text
-
-
-def render_bisect(report: BisectReport) -> str:
-    from tabulate import tabulate
-
-    lines = [f"kvdiag bisect {report.entry_id}: good {report.good[:12]}, bad {report.bad[:12]}", ""]
-    rows = [(s.get("commit", "")[:12], s.get("verdict"), s.get("exit"), clip(str(s.get("reason", "")), 90))
-            for s in report.steps]
-    if rows:
-        lines.append(tabulate(rows, headers=["commit", "verdict", "git", "reason"]))
-        lines.append("")
-    if report.first_bad is not None:
-        fb = report.first_bad
-        lines.append(f"first bad commit: {fb.commit[:12]} {fb.subject}")
-        lines.append(f"  at it:        {_evidence_text(fb)}")
-        if report.parent is not None:
-            p = report.parent
-            lines.append(f"  at its parent {p.commit[:12]} {p.subject}: {_evidence_text(p)}")
-    else:
-        lines.append(report.message)
-        for sha in report.candidates:
-            lines.append(f"  {sha}")
-    skipped = [s for s in report.steps if s.get("exit") == SKIP]
-    if skipped:
-        lines.append(f"skipped (not blamed): {', '.join(str(s.get('commit', ''))[:12] for s in skipped)}")
-    if report.status_unchanged:
-        lines.append("source tree: untouched (git status --porcelain identical before and after)")
-    else:
-        lines.append("source tree: CHANGED during the bisection (git status --porcelain differs)")
-    lines.append(f"run: {report.run_dir}")
-    return "\n".join(lines) + "\n"
-
-
-def _evidence_text(evidence: CommitEvidence) -> str:
-    return f"{evidence.verdict}: {evidence.reason}" if evidence.verdict else evidence.reason

@@ -93,7 +93,7 @@ def attempt_compile(entry: Entry, step: Step, build, home: Path, log_dir: Path, 
         return Attempt(step=step.name, index=index, verdict=Verdict(run.verdict), reason=run.stopped,
                        evidence=Evidence(exit=run.results[-1].describe() if run.results else None),
                        commands=commands, duration_s=duration, log_dir=str(log_dir))
-    obs = observe(step, run.results, [])
+    obs = observe(step, run.results, [], budget_s=limit)
     gate = control or _default_control(home)
     attempt = judge_attempt(entry, obs, lambda: gate(log_dir / "control", dict(step.cmake_defines), key.launcher,
                                                      started + limit), index, duration, str(log_dir))

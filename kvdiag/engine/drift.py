@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.proc.runner import run_command
+from kvdiag.progress import Progress
 from kvdiag.store.runs import RunDir
 
 
@@ -95,16 +96,26 @@ def accumulate(result: "DriftResult", stdout: str) -> dict[str, Any]:
 
 
 def run_drift(binary, run_dir: RunDir, *, op: str, params: str, runs: int, seeds: Sequence[str] = (),
-              has_seed: bool = False, backend: str = "CUDA0", timeout: float = 600) -> DriftResult:
+              has_seed: bool = False, backend: str = "CUDA0", timeout: float = 600,
+              progress: Progress | None = None) -> DriftResult:
     """Run the matching cases `runs` times (or once per seed when the binary takes --seed)."""
+    progress = progress or Progress()
     seeded = bool(has_seed and seeds)
     plan = [("--seed", s) for s in seeds] if seeded else [None] * runs
     result = DriftResult(op=op, params=params, runs=len(plan), seeded=seeded)
+    progress.begin("drift runs", len(plan))
     for i, seed in enumerate(plan, start=1):
         argv = [str(binary), "test", "-o", op, "-b", backend, "-p", params] + (list(seed) if seed else [])
-        cmd = run_command(argv, timeout=timeout, log_dir=run_dir.logs, name=f"drift-{i}", tty=True)
+        progress.start(f"drift run {i}/{len(plan)}", budget_s=timeout)
+        try:
+            cmd = run_command(argv, timeout=timeout, log_dir=run_dir.logs, name=f"drift-{i}", tty=True,
+                              on_output=progress.line)
+        finally:
+            progress.stop()
         counts = accumulate(result, cmd.stdout_text())
         result.run_results.append({"index": i, "seed": seed[1] if seed else None, "exit": cmd.describe(), **counts})
+        progress.advance(f"run {i}: {cmd.describe()}")
+    progress.end()
     return result
 
 

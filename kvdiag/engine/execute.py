@@ -15,17 +15,18 @@ from typing import Any, Callable, Mapping
 from kvdiag import __version__
 from kvdiag.controls.staleness import staleness_control
 from kvdiag.engine.applicability import judge_applicability
+from kvdiag.engine.budget import compiles, step_budget
 from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
 from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
-from kvdiag.engine.progress import Progress
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
 from kvdiag.engine.wrapping import sanitizer_invocation
 from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.proc.slots import SlotPool, slots_for_memory
+from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.server import completion_requests, run_server_attempt
 from kvdiag.store.runs import RunDir
@@ -53,6 +54,8 @@ class RunOptions:
     # After the verdict: find the case a walk died in without naming it (kvdiag.engine.attribution
     # .attribute_outcome, set by the commands; it sits above this module, so it is handed in).
     attribute: Callable[..., dict] | None = None
+    step_budget: float | None = None          # seconds a step may run (None: from the step, see engine.budget)
+    skip_builds: bool = False                 # steps that compile code are skipped (`sweep --skip-builds`)
 
 
 def no_sanitizer_gate(tool: str | None) -> Gate:
@@ -88,6 +91,11 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     if judgement.verdict is not None:
         outcome = Outcome(entry.id, Verdict(judgement.verdict), judgement.reason, (), tuple(warnings), step.name,
                           time.monotonic() - started)
+        _finish(run_dir, header, outcome)
+        return outcome
+    if options.skip_builds and compiles(step):
+        outcome = Outcome(entry.id, Verdict.SKIPPED, f"its step {step.name!r} compiles code: build checks "
+                          "skipped (--skip-builds)", (), tuple(warnings), step.name, time.monotonic() - started)
         _finish(run_dir, header, outcome)
         return outcome
     attempts: list[Attempt] = []
@@ -171,7 +179,7 @@ def attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, inde
 
 def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
                   options: RunOptions, gate_provider: GateProvider, name_prefix: str | None) -> Attempt:
-    progress = options.progress or Progress(enabled=False)
+    progress = options.progress or Progress()
     started = time.monotonic()
     if step.kind == "build-check":
         staleness = target.build.staleness if target.build is not None else None
@@ -193,7 +201,8 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
     results, sanitizer_logs = [], []
     invocation = sanitizer_invocation(step)
     lease = gpu_lease(entry, target, options)
-    progress.start(label)
+    budget = step_budget(step, options.step_budget)
+    progress.start(label, budget_s=budget)
     try:
         with lease:
             for j, command in enumerate(planned.commands):
@@ -204,14 +213,16 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
                     log = run_dir.logs / f"{name}.sanitizer.log"
                     sanitizer_logs.append(log)
                     argv = invocation.argv(target.sanitizer, log, command)
-                progress.say(f"{label}: {' '.join(argv[:6])}{' …' if len(argv) > 6 else ''}")
+                # the step's budget covers all its commands (a configure and its build)
+                left = budget if j == 0 else max(1.0, budget - (time.monotonic() - started))
                 try:
-                    result = run_command(argv, timeout=step.timeout, log_dir=run_dir.logs, name=name,
-                                         env_overrides=planned.env or None, tty=step.tty, on_output=progress.line,
+                    result = run_command(argv, timeout=left, log_dir=run_dir.logs, name=name,
+                                         env_overrides=_line_env(step, planned.env), tty=step.tty,
+                                         on_output=progress.line,
                                          cancel=options.cancel)
                 except CommandInterrupted as exc:
                     results.append(exc.result)
-                    obs = observe(step, results, sanitizer_logs)
+                    obs = observe(step, results, sanitizer_logs, budget)
                     raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                                      time.monotonic() - started, str(run_dir.logs))) from None
                 except CommandNotFound as exc:
@@ -221,7 +232,7 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
                     break
     finally:
         progress.stop()
-    obs = observe(step, results, sanitizer_logs)
+    obs = observe(step, results, sanitizer_logs, budget)
     duration = time.monotonic() - started
     # The gate is lazy: only a would-be not-reproduced consults it (it may cost a canary run).
     return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, duration, str(run_dir.logs))
@@ -232,7 +243,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
                     started: float) -> Attempt:
     """A server step: start llama-server (under the sanitizer if the step has one), send the
     step's requests, stop it; its logs are judged like any command's."""
-    progress = options.progress or Progress(enabled=False)
+    progress = options.progress or Progress()
     try:
         planned = plan_step(entry, step, target, run_dir, options)
     except TemplateProblem as exc:
@@ -245,11 +256,12 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
         log = run_dir.logs / f"{name}.sanitizer.log"
         sanitizer_logs.append(log)
         argv = invocation.argv(target.sanitizer, log, argv)
-    progress.start(label)
+    budget = step_budget(step, options.step_budget)
+    progress.start(label, budget_s=budget)
     try:
         with gpu_lease(entry, target, options):
             result, _server = run_server_attempt(
-                step, argv, planned.env or None, run_dir.logs, name,
+                step, argv, planned.env or None, run_dir.logs, name, timeout=budget,
                 requests=completion_requests({**step.vars, **options.overrides}),
                 on_output=progress.line, cancel=options.cancel, wrapped=invocation is not None)
     except CommandInterrupted as exc:
@@ -271,16 +283,26 @@ def _attempt_compile(entry: Entry, step: Step, target: Target, run_dir: RunDir, 
     from kvdiag.engine.compile_check import CompileInterrupted, attempt_compile
     from kvdiag.home import kvdiag_home
 
-    progress = options.progress or Progress(enabled=False)
-    progress.start(label)
+    progress = options.progress or Progress()
+    budget = step_budget(step, options.step_budget)
+    progress.start(label, budget_s=budget)
     try:
-        return attempt_compile(entry, step, target.build, kvdiag_home(), run_dir.logs, index,
+        return attempt_compile(entry, step, target.build, kvdiag_home(), run_dir.logs, index, budget_s=budget,
                                on_output=progress.line, say=lambda text: progress.say(f"{label}: {text}"),
                                cancel=options.cancel)
     except CompileInterrupted as exc:
         raise _Interrupted(exc.attempt) from None
     finally:
         progress.stop()
+
+
+def _line_env(step: Step, env: Mapping[str, str]) -> dict[str, str] | None:
+    """A build step's environment: TERM=dumb unless the step sets TERM, so that ninja on the
+    step's pty prints one `[n/m]` line per edge (which the log keeps and progress shows)
+    instead of rewriting one line with carriage returns."""
+    if compiles(step):
+        return {"TERM": "dumb", **env}
+    return dict(env) or None
 
 
 def plan_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: RunOptions):

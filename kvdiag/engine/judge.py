@@ -49,7 +49,9 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
         last = next(r for r in obs.results if r.timed_out)
         running = _running_case(obs)
         where = f" while running {running}" if running else ""
-        return Verdict.INCONCLUSIVE, f"{last.describe()}{where}; the signature did not match in the partial output"
+        spent = f": the step exceeded its {obs.budget_s:g} s budget" if obs.budget_s and last.quiet_s is None else ""
+        return Verdict.INCONCLUSIVE, (f"{last.describe()}{spent}{where}; the signature did not match in the "
+                                      f"partial output (partial log kept: logs/{last.combined_path.name})")
     step = obs.step
     if step.kind == "build-check":
         if obs.stale is None:

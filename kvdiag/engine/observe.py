@@ -32,6 +32,7 @@ class Observations:
     aborts: tuple[AbortInfo, ...]
     stale: bool | None = None
     stale_detail: str = ""
+    budget_s: float | None = None            # the step's time budget (engine.budget), when it ran commands
 
     @property
     def last(self):
@@ -50,7 +51,8 @@ class Observations:
         return any(r.interrupted for r in self.results)
 
 
-def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path]) -> Observations:
+def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
+            budget_s: float | None = None) -> Observations:
     """Read and parse the logs of an attempt's commands."""
     stdout = strip_ansi("".join(r.stdout_text() for r in results))   # matchers see the printed words,
     stderr = strip_ansi("".join(r.stderr_text() for r in results))   # as in the combined stream
@@ -61,7 +63,7 @@ def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path]) 
     return Observations(
         step=step, results=tuple(results), stdout=stdout, stderr=stderr, combined=combined,
         sanitizer_text=sanitizer_text, sanitizer=sanitizer, backend_ops=backend,
-        aborts=tuple(parse_aborts(combined)),
+        aborts=tuple(parse_aborts(combined)), budget_s=budget_s,
     )
 
 

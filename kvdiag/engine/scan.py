@@ -20,6 +20,7 @@ import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from kvdiag.engine.execute import GateProvider, RunOptions, attempt_step
@@ -57,6 +58,7 @@ class ScanResult:
     batch_size: int = 1                   # cases per process (1: one process per case)
     processes: int = 0                    # test-backend-ops processes started (batches and single cases)
     batches: list[dict[str, Any]] = field(default_factory=list)
+    run_dir: Path | None = None           # where the scan's run.json and logs are
 
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
         return [(p, a) for p, a in self.results.items() if a.verdict is verdict]

@@ -1,34 +1,31 @@
-"""One `kvdiag scan` invocation: target, case space, parallel run, table, saved JSON."""
+"""One `kvdiag scan` invocation: target, case space, parallel run, saved JSON; the command shows it."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from pathlib import Path
-
-import click
-from tabulate import tabulate
 
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.scan import ScanResult, enumerate_cases, scan, scan_step
 from kvdiag.engine.scan_batch import batchable
 from kvdiag.engine.target import prepare_target
-from kvdiag.engine.verdict import Verdict
 from kvdiag.engine.devices import select_devices
 from kvdiag.errors import ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.proc.slots import slots_for_memory
+from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry
-from kvdiag.report.templating import render
 from kvdiag.store.runs import RunStore
 
 
 def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None, params: str | None,
-             limit: int | None, sanitizer: Path | None, fmt: str, devices: str | None = None,
-             batch: int = 1) -> ScanResult:
+             limit: int | None, sanitizer: Path | None, devices: str | None = None,
+             batch: int = 1, progress: Progress | None = None) -> ScanResult:
     if not entry.scan and not (op and params):
         raise UsageError(f"{entry.id} declares no case space: give --op and --params")
     op = op or entry.scan["op"]
     params = params or entry.scan["params"]
+    progress = progress or Progress()
     home = kvdiag_home()
     run_dir = RunStore(home).create(f"scan-{entry.id}")
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
@@ -48,29 +45,27 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     workers = jobs or default_workers(device, len(chosen), batched)
     run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "running", "target": target.to_dict(),
                                "op": op, "params": params, "supported": len(space.supported)})
-    if fmt == "text":
-        click.echo(f"kvdiag: scanning {len(space.supported[:limit] if limit else space.supported)} case(s) of "
-                   f"{op} /{params}/ with {workers} worker(s)"
-                   + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else "")
-                   + (", several cases per process" if batched else ", one process per case"), err=True)
+    cases = len(space.supported[:limit] if limit else space.supported)
+    progress.say(f"scanning {cases} case(s) of {op} /{params}/ with {workers} worker(s)"
+                 + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else "")
+                 + (", several cases per process" if batched else ", one process per case"))
     gate_provider = controls_gate_provider(home, target, run_dir.logs)
     try:
+        progress.begin("cases", cases)
         result = scan(entry, target, run_dir, space=space, workers=workers, gate_provider=gate_provider,
-                      limit=limit, devices=chosen, batch=batch)
+                      limit=limit, devices=chosen, batch=batch,
+                      on_case=lambda params, attempt: progress.advance(f"{attempt.verdict.value}: {params}"))
     except KeyboardInterrupt:  # a second Ctrl-C while the first one's cases were being collected
         run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "interrupted",
                                    "target": target.to_dict(), "op": op, "params": params,
                                    "note": "interrupted twice: per-case logs are in logs/, no aggregate"})
         raise
+    finally:
+        progress.end()
     data = result.to_dict()
     run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "finished", "target": target.to_dict(),
                                "scan": data})
-    if fmt == "json":
-        data["run_dir"] = str(run_dir.path)
-        click.echo(json.dumps(data, indent=2, default=str))
-    else:
-        click.echo(render_scan(result, run_dir.path), nl=False)
-    return result
+    return dataclasses.replace(result, run_dir=run_dir.path)
 
 
 def default_workers(device, n_devices: int, batched: bool) -> int:
@@ -84,20 +79,3 @@ def default_workers(device, n_devices: int, batched: bool) -> int:
     if batched and n_devices > 1:
         return max(1, -(-slots // n_devices))
     return slots
-
-
-def render_scan(result: ScanResult, run_dir: Path) -> str:
-    rows = []
-    for params, attempt in sorted(result.results.items(), key=lambda kv: (kv[1].verdict.value, kv[0])):
-        ev = attempt.evidence
-        rows.append((attempt.verdict.value, ev.error_count if ev.error_count is not None else "-",
-                     ", ".join(s["site"] for s in ev.sites[:2]) or "-", f"{attempt.duration_s:.1f}", params))
-    counts = {v.value: len(result.by_verdict(v)) for v in Verdict}
-    other = sum(n for k, n in counts.items() if k not in ("confirmed", "not-reproduced", "inconclusive"))
-    per_device = [f"GPU {k}: {v['cases']} case(s), {v['affected']} affected, {v['case_s']:.1f} s of case time"
-                  for k, v in result.per_device().items()]
-    return render("scan.txt.j2", r=result, table=tabulate(rows, headers=["verdict", "errors", "site", "s", "case"]),
-                  per_device=per_device,
-                  again_reasons=list(dict.fromkeys(b["why_again"] for b in result.batches if b["why_again"])),
-                  counts=counts, other=other, sites=list(result.sites().values()), insts=result.instantiations(),
-                  run_dir=run_dir)

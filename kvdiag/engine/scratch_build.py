@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from kvdiag.engine.progress import Progress
 from kvdiag.errors import BuildFailed, UsageError
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
+from kvdiag.progress import Progress
 from kvdiag.target.build import read_cmake_cache
 
 CONFIGURE_TIMEOUT_S = 1800.0
@@ -142,7 +142,7 @@ def build_tree(recipe: BuildRecipe, source: Path, build: Path, *, log_dir: Path,
                progress: Progress | None = None) -> BuildTimes:
     """Configure (when there is a configure command) and build; BuildFailed with the log's tail on failure."""
     build.mkdir(parents=True, exist_ok=True)
-    progress = progress or Progress(enabled=False)
+    progress = progress or Progress()
     times: dict[str, float] = {}
     steps = [("configure", recipe.configure_argv(source, build), recipe.configure_timeout),
              ("build", recipe.build_argv(source, build), recipe.build_timeout)]
@@ -151,12 +151,16 @@ def build_tree(recipe: BuildRecipe, source: Path, build: Path, *, log_dir: Path,
             continue
         progress.say(f"{label}: {phase}: {shlex.join(argv[:8])}{' …' if len(argv) > 8 else ''}")
         started = time.monotonic()
+        progress.start(f"{label}: {phase}", budget_s=timeout)
         try:
-            result = run_command(argv, timeout=timeout, log_dir=log_dir, name=f"{label}-{phase}", cwd=source)
+            result = run_command(argv, timeout=timeout, log_dir=log_dir, name=f"{label}-{phase}", cwd=source,
+                                 on_output=progress.line)
         except CommandNotFound as exc:
             raise BuildFailed(phase, None, f"{label}: cannot {phase}: {exc}") from None
         except CommandInterrupted:
             raise KeyboardInterrupt from None
+        finally:
+            progress.stop()
         times[phase] = time.monotonic() - started
         if not result.ok:
             tail = [ln for ln in result.combined_text().splitlines() if ln.strip()][-TAIL_LINES:]

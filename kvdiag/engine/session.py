@@ -1,32 +1,31 @@
-"""One `kvdiag run` invocation: prepare the target once, run each entry, print each verdict."""
+"""One `kvdiag run` invocation: prepare the target once, run each entry, hand each outcome back."""
 
 from __future__ import annotations
 
-import json
-import shlex
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-import click
+from typing import Any, Callable, Mapping, Sequence
 
 from kvdiag.engine.attribution import attribute_outcome
 from kvdiag.engine.execute import RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
-from kvdiag.engine.progress import Progress
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Outcome
 from kvdiag.home import kvdiag_home
+from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry
-from kvdiag.report.templating import render
 from kvdiag.store.runs import RunStore
+
+#: called with each outcome as it is decided, its entry and its run folder (the command prints it)
+OnOutcome = Callable[[Outcome, Entry, Path], None]
 
 
 def run_verdicts(entries: Sequence[Entry], build_dir: Path | None, *, step: str | None, runs: int | None,
-                 overrides: Mapping[str, Any], sanitizer: Path | None, check_staleness: bool, fmt: str,
-                 quiet: bool) -> list[Outcome]:
+                 overrides: Mapping[str, Any], sanitizer: Path | None, check_staleness: bool,
+                 on_outcome: OnOutcome | None = None, progress: Progress | None = None,
+                 step_budget: float | None = None) -> list[Outcome]:
+    progress = progress or Progress()
     home = kvdiag_home()
     store = RunStore(home)
-    progress = Progress(enabled=not quiet and fmt == "text")
     setup = store.create("target")
     progress.say(f"inspecting {build_dir or 'no build'}, GPU and tools")
     target = prepare_target(build_dir, log_dir=setup.logs, sanitizer=sanitizer, check_staleness=check_staleness,
@@ -34,33 +33,22 @@ def run_verdicts(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
     setup.write("run.json", {"entry": "target", "status": "finished", "target": target.to_dict()})
     gate_provider = controls_gate_provider(home, target, setup.logs)
     outcomes: list[Outcome] = []
+    if len(entries) > 1:
+        progress.begin("entries", len(entries))
     for entry in entries:
         run_dir = store.create(entry.id)
-        options = RunOptions(step=step, runs=runs, overrides=overrides, progress=progress,
+        options = RunOptions(step=step, runs=runs, overrides=overrides, progress=progress, step_budget=step_budget,
                              attribute=attribute_outcome)
         try:
             outcome = run_entry(entry, target, run_dir, options=options, gate_provider=gate_provider)
         except RunInterrupted as exc:
-            _print(exc.outcome, entry, run_dir.path, fmt)
             outcomes.append(exc.outcome)
+            if on_outcome is not None:
+                on_outcome(exc.outcome, entry, run_dir.path)
             break
-        _print(outcome, entry, run_dir.path, fmt)
         outcomes.append(outcome)
+        progress.advance(f"{entry.id} {outcome.verdict.value}")
+        if on_outcome is not None:
+            on_outcome(outcome, entry, run_dir.path)
+    progress.end()
     return outcomes
-
-
-def first_command(outcome: Outcome) -> str | None:
-    for attempt in outcome.attempts:
-        for command in attempt.commands:
-            return shlex.join(command["argv"])
-    return None
-
-
-def _print(outcome: Outcome, entry: Entry, run_dir: Path, fmt: str) -> None:
-    if fmt == "json":
-        data = outcome.to_dict()
-        data["run_dir"] = str(run_dir)
-        click.echo(json.dumps(data, indent=2, default=str))
-        return
-    click.echo(render("verdict.txt.j2", o=outcome, title=entry.title, run_dir=run_dir,
-                      command=first_command(outcome)), nl=False)

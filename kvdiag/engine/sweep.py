@@ -15,27 +15,27 @@ entries (often of one family and cost) land on different shards.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import click
-
 from kvdiag import __version__
 from kvdiag.engine.devices import describe
 from kvdiag.engine.execute import GateProvider, RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
-from kvdiag.engine.progress import Progress
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Outcome, Verdict
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.home import kvdiag_home
+from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunDir, RunStore
-from kvdiag.store.sweeps import Sweep, entry_sort_key, save_sweep, shard_ids, sweep_outcome, utc_now
+from kvdiag.store.sweeps import (Sweep, check_sweep_path, entry_sort_key, save_sweep, shard_ids, sweep_outcome,
+                                 utc_now)
 
 SWEEP_FILE = "sweep.json"
 
@@ -123,7 +123,7 @@ def _harness_failure(entry: Entry, run_dir: RunDir, exc: BaseException, started:
 
 # size: the GPU queue, the CPU-only thread and Ctrl-C share one loop's state (#18.1 moves its printing).
 def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate_provider: GateProvider, *,
-                    options: RunOptions | None = None, quiet: bool = True,
+                    options: RunOptions | None = None, progress: Progress | None = None,
                     announce: Announce | None = None, devices: Sequence[Any] = ()) -> SweepRun:
     """Run every entry once: GPU entries one by one per GPU, CPU-only entries beside them in a thread.
 
@@ -131,9 +131,11 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
     queue, each pinned to its device (CUDA_VISIBLE_DEVICES, its own slot pool), and
     every outcome names the device it ran on. With one, GPU entries run here,
     pinned to it (so `--devices 1` means GPU 1); with none (no GPU could be
-    listed), here and unpinned.
+    listed), here and unpinned. `progress` counts the entries; each worker reports its
+    running step on a lane of its own.
     """
     base = options or RunOptions()
+    progress = progress or Progress()
     gate = _locked(gate_provider)
     cancel = threading.Event()
     gpu = [e for e in entries if needs_gpu(e)]
@@ -145,8 +147,7 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
     def one(entry: Entry, progress: Progress, device: Any = None) -> bool:
         """Run one entry, keep its result; False when it was interrupted (stop the queue)."""
         run_dir = store.create(entry.id)
-        opts = RunOptions(step=base.step, runs=base.runs, overrides=base.overrides, slots=base.slots,
-                          progress=progress, cancel=cancel, device=device, attribute=base.attribute)
+        opts = dataclasses.replace(base, progress=progress, cancel=cancel, device=device)
         started = time.monotonic()
         go_on = True
         try:
@@ -168,21 +169,21 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
         return go_on
 
     def cpu_worker() -> None:
-        progress = Progress(enabled=not quiet)
+        lane = progress.lane("cpu")
         for entry in cpu:
-            if cancel.is_set() or not one(entry, progress):
+            if cancel.is_set() or not one(entry, lane):
                 break
 
     gpu_queue = list(gpu)
 
     def gpu_worker(device: Any = None) -> None:
-        progress = Progress(enabled=not quiet and len(devices) < 2)
+        lane = progress.lane(f"gpu{device.index}") if len(devices) > 1 else progress
         while not cancel.is_set():
             with lock:
                 if not gpu_queue:
                     return
                 entry = gpu_queue.pop(0)
-            if not one(entry, progress, device):
+            if not one(entry, lane, device):
                 return
 
     workers = [threading.Thread(target=cpu_worker, name="kvdiag-sweep-cpu", daemon=True)] if cpu else []
@@ -229,49 +230,76 @@ class SweepResult:
 
 
 def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str | None = None,
-              sanitizer: Path | None = None, check_staleness: bool = True, quiet: bool = False,
-              save: Path | None = None, record: bool = True, devices: str | None = None) -> SweepResult:
-    """Prepare the target once, run this shard of the selection, save and record the sweep."""
-    from kvdiag.store.history import record_sweep
+              sanitizer: Path | None = None, check_staleness: bool = True, save: Path | None = None,
+              record: bool = True, devices: str | None = None, progress: Progress | None = None,
+              step_budget: float | None = None, skip_builds: bool = False) -> SweepResult:
+    """Prepare the target once, run this shard of the selection, save and record the sweep.
 
+    The sweep file (under the run store, and `save`) is rewritten after every entry,
+    atomically, marked interrupted until the last one is in: a sweep killed midway
+    keeps every verdict it had.
+    """
+    from kvdiag.store.history import record_sweep
+    from kvdiag.engine.devices import select_devices
+
+    progress = progress or Progress()
     entries = shard_entries(selection, shard)
+    if save is not None:
+        check_sweep_path(save)    # before the first entry, not after the last
     home = kvdiag_home()
     store = RunStore(home)
     sweep_dir = store.create("sweep")
     started_at, started = utc_now(), time.monotonic()
-    say = (lambda text: None) if quiet else (lambda text: click.echo(f"kvdiag: {text}", err=True))
-    say(f"sweep of {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
-        + (f" (shard {shard} of {len(selection)} selected)" if shard else "") + f"; inspecting {build_dir or 'no build'}")
+    progress.say(f"sweep of {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+                 + (f" (shard {shard} of {len(selection)} selected)" if shard else "")
+                 + f"; inspecting {build_dir or 'no build'}")
+    choices = {"skip_builds": skip_builds, "step_budget_s": step_budget}
     sweep_dir.write("run.json", {"kvdiag_version": __version__, "entry": "sweep", "kind": "sweep",
-                                 "status": "running", "shard": shard, "entries": [e.id for e in entries]})
+                                 "status": "running", "shard": shard, "entries": [e.id for e in entries], **choices})
     target = prepare_target(build_dir, log_dir=sweep_dir.logs, sanitizer=sanitizer, check_staleness=check_staleness,
                             home=home)
     target_dict = target.to_dict()
     gate_provider = controls_gate_provider(home, target, sweep_dir.logs)
+    path = sweep_dir.path / SWEEP_FILE
+    finished = SweepRun(interrupted=True)     # until the last entry is in
+    lock = threading.Lock()
+
+    def save_all(run: SweepRun) -> Sweep:
+        sweep = build_sweep(run, target_dict, started_at=started_at, wall_s=time.monotonic() - started,
+                            shard=shard, selection=selection)
+        save_sweep(sweep, path)
+        if save is not None:
+            save_sweep(sweep, save)
+        return sweep
 
     def announce(result: EntryResult) -> None:
         o = result.outcome
         k = f" {o.k_of_n}" if o.n > 1 else ""
-        say(f"{o.entry_id} {o.verdict.value}{k} ({o.duration_s:.1f} s)")
-
-    from kvdiag.engine.devices import select_devices
+        progress.say(f"{o.entry_id} {o.verdict.value}{k} ({o.duration_s:.1f} s)")
+        progress.advance(f"{o.entry_id} {o.verdict.value}")
+        with lock:
+            finished.results.append(result)
+            finished.results.sort(key=lambda r: entry_sort_key(r.entry.id))
+            save_all(finished)
 
     chosen = select_devices(target.gpu.devices, devices)
     if len(chosen) > 1:
-        say(f"GPU entries spread over {len(chosen)} GPUs: " + ", ".join(f"{d.index} {d.name}" for d in chosen))
+        progress.say(f"GPU entries spread over {len(chosen)} GPUs: " + ", ".join(f"{d.index} {d.name}" for d in chosen))
     from kvdiag.engine.attribution import attribute_outcome
 
-    run = execute_entries(entries, target, store, gate_provider, quiet=quiet, announce=announce, devices=chosen,
-                          options=RunOptions(attribute=attribute_outcome))
-    sweep = build_sweep(run, target_dict, started_at=started_at, wall_s=time.monotonic() - started, shard=shard,
-                        selection=selection)
-    path = save_sweep(sweep, sweep_dir.path / SWEEP_FILE)
+    options = RunOptions(step_budget=step_budget, skip_builds=skip_builds, attribute=attribute_outcome)
+    progress.begin("entries", len(entries))
+    try:
+        run = execute_entries(entries, target, store, gate_provider, options=options, progress=progress,
+                              announce=announce, devices=chosen)
+    finally:
+        progress.end()
+    with lock:
+        sweep = save_all(run)
     sweep_dir.write("run.json", {"kvdiag_version": __version__, "entry": "sweep", "kind": "sweep",
                                  "status": "interrupted" if sweep.interrupted else "finished", "shard": shard,
                                  "entries": [e.id for e in entries], "target": target_dict, "sweep": SWEEP_FILE,
-                                 "counts": sweep.counts()})
-    if save is not None:
-        save_sweep(sweep, save)
+                                 "counts": sweep.counts(), **choices})
     if record:
         record_sweep(sweep, path=path, home=home)
     return SweepResult(sweep, path, sweep_dir)

@@ -61,12 +61,12 @@ class Git:
         self.prefix = prefix
 
     def run(self, *args: str, timeout: float = GIT_TIMEOUT_S, name: str | None = None,
-            env: dict[str, str] | None = None) -> CommandResult:
+            env: dict[str, str] | None = None, on_output=None) -> CommandResult:
         """Run git; Ctrl-C while it runs is a KeyboardInterrupt (after the runner stopped it)."""
         label = f"{self.prefix}-{next(_LOG_NUMBERS):03d}-{name or args[0]}"
         try:
             return run_command(["git", "-C", str(self.directory), *args], timeout=timeout, log_dir=self.log_dir,
-                               name=label, env_overrides={**_GIT_ENV, **(env or {})})
+                               name=label, env_overrides={**_GIT_ENV, **(env or {})}, on_output=on_output)
         except CommandNotFound as exc:
             raise HarnessError(f"git is needed for probes and worktrees: {exc}") from None
         except CommandInterrupted:

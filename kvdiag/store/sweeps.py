@@ -18,7 +18,9 @@ one target, together cover every entry exactly once.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -154,8 +156,21 @@ def with_sources(sweep: Sweep) -> Sweep:
     return replace(sweep, outcomes=outcomes)
 
 
+def check_sweep_path(path: Path) -> None:
+    """A sweep is saved onto a regular file or a new path; anything else (a folder, a FIFO,
+    a device, a link) is refused, never replaced."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"refusing to save the sweep onto {path}: not a regular file")
+
+
 def save_sweep(sweep: Sweep, path: Path) -> Path:
-    """Save ``sweep`` (with its ``sources`` resolved, see `with_sources`) atomically."""
+    """Save ``sweep`` (with its ``sources`` resolved, see `with_sources`) atomically: a temporary
+    file, then a rename over the old one; only onto a regular file or a new path."""
+    check_sweep_path(Path(path))
     write_json_atomic(Path(path), with_sources(sweep).to_dict())
     return Path(path)
 

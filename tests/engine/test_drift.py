@@ -15,7 +15,7 @@ import pytest
 
 from engine_helpers import D2_CASE, make_build
 from kvdiag.engine.drift import CaseDrift, DriftResult, accumulate, case_error, judge_drift, run_drift
-from kvdiag.engine.drift_session import render_drift
+from kvdiag.report.drift_text import render_drift
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.registry.loader import load_registry
 from kvdiag.store.runs import RunDir

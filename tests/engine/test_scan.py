@@ -34,7 +34,7 @@ from engine_helpers import (
 from kvdiag.cli import main
 from kvdiag.engine.execute import no_sanitizer_gate
 from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, exact_case_regex, scan, scan_step
-from kvdiag.engine.scan_session import render_scan
+from kvdiag.report.scan_text import render_scan
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.errors import UsageError
 from kvdiag.store.runs import RunDir

@@ -29,7 +29,7 @@ from test_scan import (  # noqa: E402
 from kvdiag.cli import main
 from kvdiag.engine.scan import CaseSpace, deal, exact_case_regex
 from kvdiag.engine.scan_batch import MAX_BATCH, auto_batch_size, batch_regex, batch_step, batchable
-from kvdiag.engine.scan_session import render_scan
+from kvdiag.report.scan_text import render_scan
 from kvdiag.engine.verdict import Verdict
 from kvdiag.store.runs import RunDir
 

@@ -207,7 +207,7 @@ def test_ctrl_c_keeps_what_finished_and_stops_both_queues(monkeypatch, home: Pat
 
 def test_run_sweep_saves_records_and_exits_like_run(fake_engine: Recorder, home: Path, tmp_path: Path) -> None:
     save = tmp_path / "out" / "sweep.json"
-    result = run_sweep(select_entries(ENTRIES), tmp_path, quiet=True, save=save)
+    result = run_sweep(select_entries(ENTRIES), tmp_path, save=save)
     sweep = result.sweep
     assert sweep.ids == ["D1", "D2", "D3", "D5", "D10", "D11", "D12", "D13"]
     assert result.path == result.run_dir.path / SWEEP_FILE and load_sweep(result.path) == sweep == load_sweep(save)

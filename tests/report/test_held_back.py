@@ -72,7 +72,8 @@ def test_sweep_table_lists_each_inconclusive_reason_and_the_held_back_summary():
 
 
 def test_verify_text_gives_each_side_on_one_line_and_what_held_the_after_back():
-    from kvdiag.engine.verify import Conclusion, Side, VerifyReport, render_report
+    from kvdiag.engine.verify import Conclusion, Side, VerifyReport
+    from kvdiag.report.verify_text import render_report
 
     before = Side("before", Path("b"), Outcome("D2", Verdict.CONFIRMED, "1/1 runs matched\nthe signature", ()))
     after = Side("after", Path("a"), Outcome("D2", Verdict.INCONCLUSIVE,

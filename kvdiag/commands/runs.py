@@ -1,0 +1,84 @@
+"""What `kvdiag run`, `scan`, `drift` and `doctor` show: the engine's values, printed, with progress.
+
+The engine returns values and reports progress through a hook; these functions
+pick the format, print, and give the engine a `TerminalProgress` (bars on a
+terminal, plain lines elsewhere, nothing with --quiet or a JSON format).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import click
+
+from kvdiag.commands.progress import TerminalProgress, progress_display
+from kvdiag.engine.verdict import Outcome
+from kvdiag.registry.entry import Entry
+
+
+def echo(progress: TerminalProgress, text: str, *, nl: bool = True) -> None:
+    """Print to stdout without tearing the progress bars on stderr."""
+    with progress.printing():
+        click.echo(text, nl=nl)
+
+
+def show_outcome(progress: TerminalProgress, outcome: Outcome, entry: Entry, run_dir: Path, fmt: str) -> None:
+    if fmt == "json":
+        echo(progress, json.dumps({**outcome.to_dict(), "run_dir": str(run_dir)}, indent=2, default=str))
+        return
+    from kvdiag.report.run_text import render_outcome
+
+    echo(progress, render_outcome(outcome, entry, run_dir), nl=False)
+
+
+def run_and_show(entries: Sequence[Entry], build_dir: Path | None, *, step: str | None, runs: int | None,
+                 overrides: Mapping[str, Any], sanitizer: Path | None, check_staleness: bool, fmt: str,
+                 quiet: bool) -> list[Outcome]:
+    """`kvdiag run`: each verdict printed as it is decided."""
+    from kvdiag.engine.session import run_verdicts
+
+    with progress_display(quiet or fmt != "text") as progress:
+        return run_verdicts(entries, build_dir, step=step, runs=runs, overrides=overrides, sanitizer=sanitizer,
+                            check_staleness=check_staleness, progress=progress,
+                            on_outcome=lambda o, entry, run_dir: show_outcome(progress, o, entry, run_dir, fmt))
+
+
+def scan_and_show(entry: Entry, build_dir: Path, *, fmt: str, **options: Any):
+    """`kvdiag scan`: the table (or JSON) of every case; the ScanResult for the exit code."""
+    from kvdiag.engine import scan_session
+
+    with progress_display(fmt != "text") as progress:
+        result = scan_session.run_scan(entry, build_dir, progress=progress, **options)
+    if fmt == "json":
+        click.echo(json.dumps({**result.to_dict(), "run_dir": str(result.run_dir)}, indent=2, default=str))
+    else:
+        from kvdiag.report.scan_text import render_scan
+
+        click.echo(render_scan(result, result.run_dir), nl=False)
+    return result
+
+
+def drift_and_show(entry: Entry | None, build_dir: Path, *, op: str, params: str, runs: int, fmt: str) -> str:
+    """`kvdiag drift`: the per-case table and the verdict; returns the verdict."""
+    from kvdiag.engine.drift_session import run_drift_session
+
+    with progress_display(fmt != "text") as progress:
+        session = run_drift_session(entry, build_dir, op=op, params=params, runs=runs, progress=progress)
+    if fmt == "json":
+        click.echo(json.dumps({**session.data, "run_dir": str(session.run_dir)}, indent=2, default=str))
+    else:
+        from kvdiag.report.drift_text import render_drift
+
+        click.echo(render_drift(session.result, session.verdict, session.reason, session.run_dir,
+                                seeded_note=session.seeded_note))
+    return session.verdict
+
+
+def doctor_report(fmt: str, **options: Any):
+    """`kvdiag doctor`'s report, its controls counted on the progress display."""
+    from kvdiag.controls.doctor import run_doctor
+
+    with progress_display(fmt != "text") as progress:
+        return run_doctor(progress=progress, **options)
