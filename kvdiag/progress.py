@@ -18,10 +18,12 @@ from __future__ import annotations
 import re
 import threading
 import time
+from typing import Callable, Iterable, Iterator, TypeVar
 
 CASE_START = re.compile(r"^\s+([A-Z_0-9]+\([^)]*(?:\)[^:]*)?\)):")
 #: ninja's status line (`[12/345] Building CUDA object ...`); cmake's Makefiles print `[ 42%] ...`
 BUILD_STEP = re.compile(r"^\s*\[\s*(\d+)/(\d+)\]\s*(.*)")
+T = TypeVar("T")
 
 
 class Progress:
@@ -118,3 +120,17 @@ class Progress:
         """Called when the running step's state changed; a display redraws here."""
         if self.parent is not None:
             self.parent.changed()
+
+
+def counted(items: Iterable[T], progress: Progress, what: str, label: Callable[[T], str],
+            done: Callable[[T], str]) -> Iterator[T]:
+    """The items, each reported to `progress` as a running step (`label`) and, once the
+    loop body is through with it (a `continue` included), as one unit of `what` done."""
+    items = list(items)
+    progress.begin(what, len(items))
+    for item in items:
+        progress.start(label(item))
+        yield item
+        progress.stop()
+        progress.advance(done(item))
+    progress.end()

@@ -47,7 +47,7 @@ from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.proc.runner import CommandError, run_command
 from kvdiag.proc.sanitizer import SanitizerInvocation, find_sanitizer
-from kvdiag.progress import Progress
+from kvdiag.progress import Progress, counted
 from kvdiag.target.build import inspect_build
 from kvdiag.target.host import fingerprint_environment
 
@@ -459,7 +459,9 @@ def run_doctor(*, home: Path, sanitizer: Path | None, build_dir: Path | None, re
     cached = {} if refresh else load_controls(home, env_key)
     gap = _prerequisite_gap(env, sanitizer_path)
     compiler = None
-    for tool in _counted(tools, progress or Progress(), checks):
+    for tool in counted(tools, progress or Progress(), "sanitizer tools",
+                        lambda t: f"control {t}: positive and negative canaries",
+                        lambda t: f"{t}: {checks[-1].status}"):
         if gap is not None:
             checks.append(Check(f"control {tool}", gap[0], gap[1]))
             continue
@@ -483,17 +485,6 @@ def run_doctor(*, home: Path, sanitizer: Path | None, build_dir: Path | None, re
                           environment=env.to_dict() if hasattr(env, "to_dict") else {})
     store_controls(home, report.records())
     return report
-
-
-def _counted(tools: Sequence[str], progress: Progress, checks: list[Check]):
-    """The tools, each reported to `progress` while its controls run and with its check when done."""
-    progress.begin("sanitizer tools", len(tools))
-    for tool in tools:
-        progress.start(f"control {tool}: positive and negative canaries")
-        yield tool
-        progress.stop()
-        progress.advance(f"{tool}: {checks[-1].status}")
-    progress.end()
 
 
 def format_report(report: DoctorReport) -> str:

@@ -85,3 +85,29 @@ def test_the_engine_hook_alone_is_silent_and_keeps_the_state(capsys):
     lane.stop()
     assert lane.doing() == ""
     assert capsys.readouterr() == ("", "")
+
+
+def test_counted_reports_every_item_done_even_one_the_loop_skips():
+    seen = []
+
+    class Recording(Progress):
+        def begin(self, what, total):
+            seen.append(("begin", what, total))
+
+        def advance(self, done=None, n=1):
+            seen.append(("advance", done))
+
+        def end(self):
+            seen.append(("end",))
+
+    from kvdiag.progress import counted
+
+    progress = Recording()
+    for tool in counted(["memcheck", "racecheck"], progress, "sanitizer tools", lambda t: f"control {t}",
+                        lambda t: f"{t}: pass"):
+        if tool == "memcheck":
+            continue
+        assert progress.running and progress.label == "control racecheck"
+    assert seen == [("begin", "sanitizer tools", 2), ("advance", "memcheck: pass"), ("advance", "racecheck: pass"),
+                    ("end",)]
+    assert not progress.running
