@@ -342,8 +342,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
     else 0; when the entry cannot be scanned here, the exit code of that verdict
     (2 not-applicable, 3 skipped).
     """
-    from kvdiag.commands.runs import scan_and_show
-    from kvdiag.engine.scan_session import ScanNotRun
+    from kvdiag.commands.runs import ScanNotRun, scan_and_show
 
     entry = ctx.registry.get(entry_id)
     if not build_dir.exists():
@@ -446,26 +445,9 @@ def doctor_cmd(build_dir, refresh, sanitizer, fmt) -> int:
 
 
 def _doctor(build_dir, *, refresh: bool, fmt: str, sanitizer, preface: str | None = None) -> int:
-    from kvdiag.commands.runs import doctor_report
-    from kvdiag.controls.doctor import doctor_exit_code
-    from kvdiag.home import kvdiag_home
-    from kvdiag.report.doctor_text import render_doctor
-    from kvdiag.store.runs import RunStore
+    from kvdiag.commands.runs import doctor_and_show
 
-    home = kvdiag_home()
-    run_dir = RunStore(home).create("doctor")
-    if preface and fmt == "text":
-        click.echo(f"kvdiag: {preface}", err=True)
-    report = doctor_report(fmt, home=home, sanitizer=sanitizer, build_dir=build_dir, refresh=refresh,
-                           log_dir=run_dir.logs)
-    run_dir.write("run.json", {"entry": "doctor", "status": "finished", "doctor": report.to_dict()})
-    if fmt == "json":
-        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
-    else:
-        click.echo(render_doctor(report), nl=False)
-        if preface:
-            click.echo("To judge defects, give a build: kvdiag run D2 --build path/to/build (or set $LLAMA_KV_BUILD).")
-    return doctor_exit_code(report)
+    return doctor_and_show(build_dir, refresh=refresh, fmt=fmt, sanitizer=sanitizer, preface=preface)
 
 
 def _jsonable(value):

@@ -14,8 +14,11 @@ from typing import Any, Mapping, Sequence
 import click
 
 from kvdiag.commands.progress import TerminalProgress, progress_display
+from kvdiag.engine.scan_session import ScanNotRun
 from kvdiag.engine.verdict import Outcome
 from kvdiag.registry.entry import Entry
+
+__all__ = ["ScanNotRun", "doctor_and_show", "drift_and_show", "run_and_show", "scan_and_show"]
 
 
 def echo(progress: TerminalProgress, text: str, *, nl: bool = True) -> None:
@@ -76,9 +79,27 @@ def drift_and_show(entry: Entry | None, build_dir: Path, *, op: str, params: str
     return session.verdict
 
 
-def doctor_report(fmt: str, **options: Any):
-    """`kvdiag doctor`'s report, its controls counted on the progress display."""
-    from kvdiag.controls.doctor import run_doctor
+def doctor_and_show(build_dir: Path | None, *, refresh: bool, fmt: str, sanitizer: Path | None,
+                    preface: str | None = None) -> int:
+    """`kvdiag doctor` (and `kvdiag run` without a build): the checks and controls, saved and shown;
+    its exit code. The tools' controls are counted on the progress display."""
+    from kvdiag.controls.doctor import doctor_exit_code, run_doctor
+    from kvdiag.home import kvdiag_home
+    from kvdiag.report.doctor_text import render_doctor
+    from kvdiag.store.runs import RunStore
 
+    home = kvdiag_home()
+    run_dir = RunStore(home).create("doctor")
+    if preface and fmt == "text":
+        click.echo(f"kvdiag: {preface}", err=True)
     with progress_display(fmt != "text") as progress:
-        return run_doctor(progress=progress, **options)
+        report = run_doctor(home=home, sanitizer=sanitizer, build_dir=build_dir, refresh=refresh,
+                            log_dir=run_dir.logs, progress=progress)
+    run_dir.write("run.json", {"entry": "doctor", "status": "finished", "doctor": report.to_dict()})
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        click.echo(render_doctor(report), nl=False)
+        if preface:
+            click.echo("To judge defects, give a build: kvdiag run D2 --build path/to/build (or set $LLAMA_KV_BUILD).")
+    return doctor_exit_code(report)

@@ -31,14 +31,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kvdiag import resources
-from kvdiag.controls.cache import (
-    ControlRecord,
-    control_run_lock,
-    load_control,
-    load_controls,
-    store_controls,
-    store_record,
-)
+from kvdiag.controls.cache import (ControlRecord, control_run_lock, load_control, load_controls, store_controls,
+                                   store_record)
 from kvdiag.controls.canaries import ALL_TOOLS, Canary, pair_for
 from kvdiag.controls.judging import judge_negative, judge_positive, plural
 from kvdiag.controls.launch import (CompileError, Compiler, arch_for, available_launchers, canary_program, find_nvcc,
@@ -459,8 +453,7 @@ def run_doctor(*, home: Path, sanitizer: Path | None, build_dir: Path | None, re
     cached = {} if refresh else load_controls(home, env_key)
     gap = _prerequisite_gap(env, sanitizer_path)
     compiler = None
-    for tool in counted(tools, progress or Progress(), "sanitizer tools",
-                        lambda t: f"control {t}: positive and negative canaries",
+    for tool in counted(tools, progress or Progress(), "sanitizer tools", lambda t: f"control {t}: both canaries",
                         lambda t: f"{t}: {checks[-1].status}"):
         if gap is not None:
             checks.append(Check(f"control {tool}", gap[0], gap[1]))
