@@ -26,7 +26,7 @@ def _scan(reasons: list[str], clean: int = 2) -> ScanResult:
 
 
 def _render_scan(result: ScanResult) -> str:
-    from kvdiag.engine.scan_session import render_scan
+    from kvdiag.report.scan_text import render_scan
 
     return render_scan(result, Path("runs/x"))
 
