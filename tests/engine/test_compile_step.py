@@ -128,6 +128,8 @@ def test_a_build_that_never_ends_is_cut_by_its_budget_and_its_partial_log_kept(k
     result = attempt(kv, stage, entry, budget_s=3, lines=lines)
     assert result.verdict is Verdict.INCONCLUSIVE
     assert "timed out" in result.reason and "the signature did not match in the partial output" in result.reason
+    assert "exceeded its 3 s budget" in result.reason
+    assert "partial log kept: logs/compile-kvarn-case-1-build.combined.log" in result.reason
     build_log = stage.tmp / "logs-1" / "compile-kvarn-case-1-build.combined.log"
     assert "[1/1] Building CUDA object" in build_log.read_text()
     assert any(line.startswith("[1/1] Building CUDA object") for line in lines)   # streamed to the display
