@@ -7,7 +7,6 @@ and a documented exit code (see `kvdiag.exitcodes`). Tests call `main([...])`.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -17,7 +16,8 @@ from tabulate import tabulate
 
 from kvdiag import __version__
 from kvdiag.constants import SANITIZER_TOOLS
-from kvdiag.errors import CommandInterrupted, KvdiagError, UsageError
+from kvdiag.commands.exits import dispatch, finish
+from kvdiag.errors import UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
 from kvdiag.help_text import add_help_blocks
 from kvdiag.registry.loader import Registry, load_registry
@@ -63,46 +63,21 @@ def cli(ctx: click.Context, registry_dir: Path | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: run the CLI and map every failure onto a documented exit code."""
+    """Entry point: run the CLI and map every failure onto a documented exit code.
+
+    As a program (``argv`` None) it also owns the process: SIGINT/SIGTERM/SIGHUP
+    handling, and on the way out no run left "running" and no descendant left alive.
+    """
+    from kvdiag.proc import signals
+
+    own_process = argv is None
+    if own_process:
+        signals.install()
+    else:
+        signals.forget()
     args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        result = cli.main(args=args, prog_name="kvdiag", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return int(ExitCode.USAGE)
-    except click.exceptions.Abort:
-        click.echo("kvdiag: interrupted", err=True)
-        return int(ExitCode.INTERRUPTED)
-    except KeyboardInterrupt:
-        click.echo("kvdiag: interrupted", err=True)
-        return int(ExitCode.INTERRUPTED)
-    except CommandInterrupted:
-        click.echo("kvdiag: interrupted", err=True)
-        return int(ExitCode.INTERRUPTED)
-    except KvdiagError as exc:          # each error carries its documented exit code (kvdiag.errors)
-        click.echo(f"kvdiag: {exc.prefix}{exc}", err=True)
-        return int(exc.exit_code)
-    except Exception as exc:  # a bug in kvdiag: one line for the user, the traceback on disk
-        click.echo(f"kvdiag: internal failure ({type(exc).__name__}: {exc}); {_save_traceback()}", err=True)
-        return int(ExitCode.HARNESS)
-    return int(result) if isinstance(result, int) else 0
-
-
-def _save_traceback() -> str:
-    import time
-    import traceback
-
-    try:
-        from kvdiag.home import kvdiag_home
-
-        path = kvdiag_home() / "crashes" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(traceback.format_exc())
-        return f"traceback saved to {path}"
-    except OSError:
-        return "the traceback could not be saved"
+    code, reason = dispatch(cli, args)
+    return finish(code, reason, own_process)
 
 
 def _report_problems(registry: Registry) -> None:
@@ -261,12 +236,14 @@ def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> i
 @click.option("--step", help="Run this repro step instead of the entry's default.")
 @click.option("--runs", type=click.IntRange(1, 1000), help="Override the number of runs (flaky defects).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a step variable, e.g. params=hsk=64.")
+@click.option("--timeout", type=click.FloatRange(0, 86400, min_open=True), metavar="SECONDS",
+              help="Limit each step to this many seconds (default: the step's own budget).")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @pass_ctx
-def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, sanitizer, no_staleness, fmt, quiet) -> int:
+def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, timeout, sanitizer, no_staleness, fmt, quiet) -> int:
     """Run defects' repros against a build and give one verdict each.
 
     With no IDS, every entry of the registry runs. With no build (no --build and
@@ -281,12 +258,15 @@ def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, sanitizer, no_stalen
     if build_dir is None and not ids:
         return _doctor(None, refresh=False, fmt=fmt, sanitizer=sanitizer,
                        preface="no build given (--build or $LLAMA_KV_BUILD): running kvdiag's canary suite")
-    overrides = _parse_sets(sets)
+    from kvdiag.engine.overrides import validated_sets
+
     if build_dir is not None and not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
-    entries = [ctx.registry.get(i) for i in ids] if ids else list(ctx.registry.entries)
+    entries = [ctx.registry.get(i) for i in ids] if ids else list(ctx.registry.require_entries())
+    overrides = validated_sets(_parse_sets(sets), entries, step)
     outcomes = run_and_show(entries, build_dir, step=step, runs=runs, overrides=overrides,
-                            sanitizer=sanitizer, check_staleness=not no_staleness, fmt=fmt, quiet=quiet)
+                            sanitizer=sanitizer, check_staleness=not no_staleness, fmt=fmt, quiet=quiet,
+                            step_budget=timeout)
     return _combined_exit(outcomes)
 
 
@@ -408,23 +388,33 @@ def analyze_cmd(log: Path, tool: str | None, fmt: str) -> int:
 @cli.command("runs")
 @click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
 @click.option("--entry", help="Only runs of this entry.")
-def runs_cmd(limit: int, entry: str | None) -> int:
-    """Recorded runs, newest last (the run store is $KVDIAG_HOME/runs)."""
-    from kvdiag.home import kvdiag_home
-    from kvdiag.store.runs import RunStore
+@pass_ctx
+def runs_cmd(ctx: Context, limit: int, entry: str | None) -> int:
+    """Recorded runs, newest last (the run store is $KVDIAG_HOME/runs).
 
+    A run whose kvdiag process is gone without finishing it shows as `abandoned`;
+    a run.json that cannot be read is listed as such, never left out."""
+    from kvdiag.errors import RunUnreadable
+    from kvdiag.home import kvdiag_home
+    from kvdiag.store.runs import RunStore, displayed_status
+
+    if entry:
+        entry = ctx.registry.get(entry).id
     rows = []
-    for run in RunStore(kvdiag_home()):
+    for run in RunStore(kvdiag_home()).all_dirs():
         try:
-            data = run.read()
-        except (OSError, ValueError):
-            rows.append((run.run_id, "?", "?", "unreadable run.json", ""))
+            data = run.read_checked()
+        except RunUnreadable as exc:
+            if not entry or run.label.upper() == entry.upper():
+                rows.append((run.run_id, run.label, "unreadable", clip(str(exc), 70), ""))
             continue
-        if entry and data.get("entry") != entry.upper():
+        if entry and data.get("entry") != entry:
             continue
         outcome = data.get("outcome") or {}
-        rows.append((run.run_id, data.get("entry"), outcome.get("verdict", data.get("status")),
-                     clip(outcome.get("reason", ""), 70), outcome.get("duration_s", "")))
+        status = displayed_status(data)
+        shown = outcome.get("verdict", status) if status == "finished" else status
+        rows.append((run.run_id, data.get("entry"), shown,
+                     clip(outcome.get("reason", data.get("reason") or ""), 70), outcome.get("duration_s", "")))
     click.echo(tabulate(rows[-limit:], headers=["run", "entry", "verdict", "reason", "s"]))
     return 0
 

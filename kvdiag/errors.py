@@ -112,3 +112,36 @@ class StackCycle(ProbeError):
 
 class WorktreeError(UsageError):
     """A worktree could not be made or used as asked (bad source, bad commit, path in use)."""
+
+
+# --------------------------------------------------------------------------- inputs, outputs, the machine
+
+
+class DataError(KvdiagError):
+    """An input file (sweep, run.json, GGUF, log, database) is malformed: one line saying what is wrong."""
+
+    exit_code = ExitCode.DATA
+
+
+class RunUnreadable(DataError):
+    """A run.json that cannot be read: reported as such, never skipped silently for an older run."""
+
+
+class HistoryUnreadable(DataError):
+    """history.sqlite is corrupt or not a database (65 for `history`; a warning for a sweep)."""
+
+
+class UnsafeTemplate(TemplateProblem):
+    """A registry template reached for what the sandbox forbids: nothing ran."""
+
+
+class OutputRefused(UsageError):
+    """The output path names something that is not a regular file: refused, left as it is."""
+
+
+class WriteFailed(KvdiagError):
+    """The OS refused a write (disk full, read-only, permission): the old file is untouched."""
+
+
+class UnsafeLockPath(UsageError):
+    """A lock directory or file another user could control: refused, nothing written."""

@@ -17,7 +17,9 @@ class ExitCode(IntEnum):
     USAGE = 64              # bad command line or unknown id
     DATA = 65               # a registry file or input log is malformed
     HARNESS = 70            # kvdiag itself failed
+    HANGUP = 129            # SIGHUP (the terminal went away); recorded like Ctrl-C
     INTERRUPTED = 130       # Ctrl-C; the partial run is still recorded
+    TERMINATED = 143        # SIGTERM; the partial run is still recorded
 
 
 EXIT_CODE_TABLE = [
@@ -26,8 +28,10 @@ EXIT_CODE_TABLE = [
     (ExitCode.NOT_APPLICABLE, "not-applicable"),
     (ExitCode.SKIPPED, "skipped: a requirement is missing"),
     (ExitCode.INCONCLUSIVE, "inconclusive: another failure, a timeout, or a detector control not passed"),
-    (ExitCode.USAGE, "usage error (bad option, unknown defect id)"),
-    (ExitCode.DATA, "malformed registry entry or input file"),
-    (ExitCode.HARNESS, "kvdiag itself failed (the run directory keeps what it could)"),
-    (ExitCode.INTERRUPTED, "interrupted by Ctrl-C (the partial run is recorded)"),
+    (ExitCode.USAGE, "usage error (bad option, unknown id, unusable path or KVDIAG_HOME)"),
+    (ExitCode.DATA, "malformed registry entry or input file (sweep, run.json, GGUF, log, history)"),
+    (ExitCode.HARNESS, "kvdiag itself failed, or the disk is full (the run directory keeps what it could)"),
+    (ExitCode.HANGUP, "ended by SIGHUP (the run is recorded `interrupted`, every descendant ended)"),
+    (ExitCode.INTERRUPTED, "interrupted by Ctrl-C (the partial run is recorded `interrupted`)"),
+    (ExitCode.TERMINATED, "ended by SIGTERM (the run is recorded `interrupted`, every descendant ended)"),
 ]

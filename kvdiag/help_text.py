@@ -18,7 +18,7 @@ MEANING = {int(code): text for code, text in EXIT_CODE_TABLE}
 USAGE = (64, "usage error (bad option, unknown id, missing file)")
 DATA = (65, "a registry file or an input file is malformed")
 HARNESS = (70, "kvdiag itself failed")
-INTERRUPTED = (130, "interrupted (Ctrl-C); the partial run is recorded")
+INTERRUPTED = (130, "interrupted (Ctrl-C; SIGTERM exits 143, SIGHUP 129); the partial run is recorded")
 VERDICTS = [(0, "not-reproduced"), (1, "confirmed"), (2, "not-applicable"), (3, "skipped: a requirement is missing"),
             (4, "inconclusive: another failure, a timeout, or a detector control not passed")]
 
@@ -92,7 +92,10 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], list[tuple[int, str]]]] = {
     "probe drop": (("kvdiag probe drop /tmp/d2-probe",), [(0, "removed"), USAGE, HARNESS]),
     "model": (("kvdiag model synth --head-dim 256 --n-head 8 --n-head-kv 2 -o tiny.gguf",), [(0, "success"), USAGE, HARNESS]),
     "model synth": (("kvdiag model synth --head-dim 256 --n-head 8 --n-head-kv 2 -o tiny.gguf",),
-                    [(0, "written"), (64, "bad option, or the gguf package is missing"), HARNESS]),
+                    [(0, "written"), (64, "bad option, no gguf package, a shape too large, or an "
+                                            "output that is not a regular file"), HARNESS]),
+    "model info": (("kvdiag model info tiny.gguf",),
+                   [(0, "printed"), (64, "no such file"), (65, "malformed GGUF (the byte offset and what is wrong)")]),
 }
 
 

@@ -89,3 +89,41 @@ def synth_cmd(head_dim, n_head, n_head_kv, n_layer, n_embd, n_ff, n_ctx, n_vocab
                f"n_ctx={spec.n_ctx} n_vocab={spec.n_vocab}{mtp}")
     click.echo("  tokenizer: SentencePiece byte fallback (<unk> <s> </s> + 256 byte tokens); random weights")
     return 0
+
+
+@model_group.command("info")
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def info_cmd(path: Path, fmt: str) -> int:
+    """What kvdiag reads of a GGUF's header: architecture, head dims, MTP layers, every key.
+
+    The reader bounds every declared length by the file's size: a malformed or
+    hostile file exits 65 with the byte offset and what was wrong.
+    """
+    from kvdiag.errors import DataError
+    from kvdiag.model.gguf_meta import ArrayInfo, GGUFError, read_metadata
+
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    try:
+        meta = read_metadata(path)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except GGUFError as exc:
+        raise DataError(str(exc)) from None
+
+    def shown(value):
+        if isinstance(value, ArrayInfo):
+            return f"[{value.length} items of type {value.item_type}]"
+        return value
+
+    values = {k: shown(v) for k, v in meta.values.items()}
+    if fmt == "json":
+        click.echo(json.dumps({"version": meta.version, "tensor_count": meta.tensor_count, "values": values},
+                              indent=2, default=str))
+        return 0
+    click.echo(f"GGUF v{meta.version}, {meta.tensor_count} tensors, architecture {meta.architecture or '?'}")
+    for key, value in values.items():
+        text = str(value)
+        click.echo(f"  {key} = {text if len(text) <= 100 else text[:99] + '…'}")
+    return 0

@@ -38,13 +38,13 @@ def show_outcome(progress: TerminalProgress, outcome: Outcome, entry: Entry, run
 
 def run_and_show(entries: Sequence[Entry], build_dir: Path | None, *, step: str | None, runs: int | None,
                  overrides: Mapping[str, Any], sanitizer: Path | None, check_staleness: bool, fmt: str,
-                 quiet: bool) -> list[Outcome]:
-    """`kvdiag run`: each verdict printed as it is decided."""
+                 quiet: bool, step_budget: float | None = None) -> list[Outcome]:
+    """`kvdiag run`: each verdict printed as it is decided (``step_budget``: `run --timeout`)."""
     from kvdiag.engine.session import run_verdicts
 
     with progress_display(quiet or fmt != "text") as progress:
         return run_verdicts(entries, build_dir, step=step, runs=runs, overrides=overrides, sanitizer=sanitizer,
-                            check_staleness=check_staleness, progress=progress,
+                            check_staleness=check_staleness, progress=progress, step_budget=step_budget,
                             on_outcome=lambda o, entry, run_dir: show_outcome(progress, o, entry, run_dir, fmt))
 
 

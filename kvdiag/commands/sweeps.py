@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 
 from kvdiag.engine.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
-from kvdiag.errors import UsageError
+from kvdiag.errors import DataError, UsageError
+from kvdiag.fileio import output_target, write_atomic
 from kvdiag.exitcodes import ExitCode
 from kvdiag.report.formats import SweepFormat, clip
 from kvdiag.store.sweeps import Sweep, load_sweep, parse_shard, save_sweep
@@ -23,9 +24,7 @@ def _emit(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from kvdiag.output_file import write_output
-
-    write_output(output, text)
+    write_atomic(output, text)
     click.echo(f"kvdiag: wrote {output}", err=True)
 
 
@@ -86,6 +85,11 @@ def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer
         raise UsageError(f"build folder does not exist: {build_dir}")
     if shard is not None:
         parse_shard(shard)
+    for path in (output, save):
+        if path is not None:
+            output_target(path)          # refuse a FIFO or device before the sweep runs, not after
+    if not ctx.registry.entries:
+        raise DataError("the registry has no usable entries (see `kvdiag registry lint`)")
     selection = select_entries(ctx.registry.entries, only, exclude)
     if not selection:
         raise UsageError("the selection is empty: nothing to sweep")
@@ -185,12 +189,16 @@ def history_cmd(ctx, entry_id, limit, fmt) -> int:
 
     from kvdiag.store.history import history, sync_run_store
 
+    known = True
     try:
         entry_id = ctx.registry.get(entry_id).id
     except UsageError:
+        known = False
         entry_id = entry_id.strip().upper()  # an entry since removed from the registry still has a history
     sync_run_store()
     rows = history(entry_id)[-limit:]
+    if not rows and not known:
+        raise UsageError(f"no defect {entry_id!r} in the registry, and no recorded outcome of it")
     if fmt == "json":
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2, default=str))
         return 0

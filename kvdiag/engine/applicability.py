@@ -136,8 +136,16 @@ def check_requires(entry: Entry, step: Step, facts: Facts) -> tuple[str | None, 
         needed = step.requires_binaries if step.requires_binaries is not None else req.get("binaries", ())
         missing = [b for b in needed if build is None or not build.has_binary(b)]
         if missing:
-            where = build.build_dir if build is not None else "no build given"
-            return f"missing binary: {', '.join(missing)} (not found in {where}; build that target)", warnings
+            if build is None:
+                return f"missing binary: {', '.join(missing)} (no build given)", warnings
+            from kvdiag.target.binaries import why_not_a_program
+
+            reasons = {b: why_not_a_program(Path(build.build_dir), b) for b in missing}
+            absent = [b for b, why in reasons.items() if why is None]
+            parts = [f"{b}: {why}" for b, why in reasons.items() if why is not None]
+            if absent:
+                parts.insert(0, f"{', '.join(absent)} (not found in {build.build_dir}; build that target)")
+            return "missing binary: " + "; ".join(parts), warnings
     if req.get("gpu") and not facts.gpu_available:
         return "no CUDA GPU is visible on this machine", warnings
     if (req.get("sanitizer") or step.sanitizer) and facts.sanitizer is None:

@@ -35,6 +35,7 @@ from kvdiag.engine.scratch_build import BuildFailed, BuildRecipe, build_tree
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Verdict
 from kvdiag.errors import HarnessError, UsageError
+from kvdiag.fileio import write_atomic
 from kvdiag.exitcodes import ExitCode
 from kvdiag.probes.worktree import Git, porcelain_status, repo_toplevel, resolve_commit, scratch_worktree
 from kvdiag.proc.runner import CommandInterrupted
@@ -260,7 +261,7 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
         if not request.keep:
             shutil.rmtree(scratch_root, ignore_errors=True)
     status_after = porcelain_status(source, logs)
-    (run_dir.path / "bisect-log.txt").write_text(bisect_log, encoding="utf-8")
+    write_atomic(run_dir.path / "bisect-log.txt", bisect_log)
     report = BisectReport(entry.id, good, bad, first_bad, parent, candidates, tuple(read_steps(record)), message,
                           run_dir.path, bisect_log, status_before == status_after)
     run_dir.write("run.json", {**header, "status": "finished", "bisect": report.to_dict()})

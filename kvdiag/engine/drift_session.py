@@ -13,6 +13,7 @@ from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore
 from kvdiag.target.build import inspect_build, probe_backend_ops
+from kvdiag.target.gpu import fingerprint_gpu
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,13 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
         raise UsageError(f"build folder does not exist: {build_dir}")
     progress = progress or Progress()
     run_dir = RunStore(kvdiag_home()).create(f"drift-{entry.id if entry else op}")
+    run_dir.write("run.json", {"entry": entry.id if entry else None, "kind": "drift", "status": "running"})
+    if not fingerprint_gpu(log_dir=run_dir.logs).available:      # drift repeats GPU cases: nothing to measure
+        reason = "no CUDA GPU is visible on this machine: drift measures GPU results"
+        run_dir.write("run.json", {"entry": entry.id if entry else None, "kind": "drift", "status": "finished",
+                                   "verdict": "skipped", "reason": reason})
+        click.echo(f"skipped: {reason}\nrun: {run_dir.path}")
+        return "skipped"
     build = inspect_build(build_dir, log_dir=run_dir.logs, check_staleness=False)
     binary = build.binary("test-backend-ops")
     if binary is None:

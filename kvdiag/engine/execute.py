@@ -24,7 +24,9 @@ from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
 from kvdiag.engine.wrapping import sanitizer_invocation
 from kvdiag.errors import KvdiagError, UsageError
+from kvdiag.fileio import write_atomic
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
+from kvdiag.proc.signals import interruption
 from kvdiag.proc.slots import SlotPool, slots_for_memory
 from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry, Step
@@ -106,7 +108,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
             attempts.append(attempt_step(entry, step, target, run_dir, index, label, options, gate_provider))
     except _Interrupted as exc:
         attempts.append(exc.attempt)
-        verdict, reason = Verdict.INCONCLUSIVE, "interrupted by the user (Ctrl-C); partial logs kept"
+        verdict, reason = Verdict.INCONCLUSIVE, f"interrupted by the user ({interruption()}); partial logs kept"
         if any(a.verdict is Verdict.CONFIRMED for a in attempts):
             # The signature matched in a run that finished: that stays true when a later run is cut short.
             verdict, reason = aggregate([a for a in attempts if a.verdict is Verdict.CONFIRMED])
@@ -120,7 +122,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     except Exception as exc:  # kvdiag's own failure: an `error` verdict, recorded, never a lost run
         import traceback
 
-        (run_dir.path / "error.txt").write_text(traceback.format_exc())
+        write_atomic(run_dir.path / "error.txt", traceback.format_exc())
         outcome = Outcome(entry.id, Verdict.ERROR, f"kvdiag failed while running the step: {type(exc).__name__}: "
                           f"{exc} (traceback in {run_dir.path / 'error.txt'})", tuple(attempts), tuple(warnings),
                           step.name, time.monotonic() - started)
@@ -347,4 +349,7 @@ def _not_run(step: Step, index: int, verdict: Verdict, reason: str) -> Attempt:
 
 
 def _finish(run_dir: RunDir, header: dict, outcome: Outcome) -> None:
-    run_dir.write("run.json", {**header, "status": "finished", "outcome": outcome.to_dict()})
+    interrupted = outcome.extra.get("interrupted") or any(
+        command.get("interrupted") for attempt in outcome.attempts for command in attempt.commands)
+    status = "interrupted" if interrupted else "finished"
+    run_dir.write("run.json", {**header, "status": status, "outcome": outcome.to_dict()})

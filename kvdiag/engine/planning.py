@@ -3,7 +3,9 @@
 Every argument is its own template and renders to exactly one argv element, so
 nothing is ever re-split or passed through a shell: a params regex full of
 brackets and backslashes reaches the program byte for byte. Undefined variables
-raise (StrictUndefined) instead of rendering as ''.
+raise (StrictUndefined) instead of rendering as ''. Templates render in the
+registry's sandbox (kvdiag.registry.sandbox): a template that reaches for code is
+a TemplateProblem, never executed — `show` and `run` render through this one path.
 """
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ from typing import Any, Mapping
 import jinja2
 
 from kvdiag.engine.wrapping import wrap_with_sanitizer
-from kvdiag.errors import TemplateProblem
+from kvdiag.errors import TemplateProblem, UnsafeTemplate
 from kvdiag.proc.sanitizer import find_sanitizer
 from kvdiag.registry.entry import Entry, Step
+from kvdiag.registry.sandbox import SecurityError, render_template
 from kvdiag.target.build import inspect_build
-
-_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,15 @@ def render_step(step: Step, context: Mapping[str, Any]) -> PlannedStep:
         env = {k: _render(v, context) for k, v in step.env.items()}
     except jinja2.UndefinedError as exc:
         raise TemplateProblem(f"step {step.name!r}: {exc.message}") from None
+    except SecurityError as exc:
+        raise UnsafeTemplate(f"step {step.name!r}: template refused by the sandbox: {exc}") from None
+    except jinja2.TemplateError as exc:
+        raise TemplateProblem(f"step {step.name!r}: template does not render: {exc}") from None
     return PlannedStep(step=step, commands=commands, env=env)
 
 
 def _render(template: str, context: Mapping[str, Any]) -> str:
-    return _JINJA.from_string(template).render(**context)
+    return render_template(template, context)
 
 
 def escape_params(params: str) -> str:

@@ -16,6 +16,7 @@ entries (often of one family and cost) land on different shards.
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from kvdiag.engine.execute import GateProvider, RunInterrupted, RunOptions, run_
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Outcome, Verdict
-from kvdiag.errors import UsageError
+from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.home import kvdiag_home
 from kvdiag.progress import Progress
@@ -301,7 +302,10 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
                                  "entries": [e.id for e in entries], "target": target_dict, "sweep": SWEEP_FILE,
                                  "counts": sweep.counts(), **choices})
     if record:
-        record_sweep(sweep, path=path, home=home)
+        try:
+            record_sweep(sweep, path=path, home=home)
+        except (KvdiagError, sqlite3.Error, OSError) as exc:   # a secondary store never costs the sweep
+            click.echo(f"kvdiag: warning: the sweep is saved but not recorded in the history: {exc}", err=True)
     return SweepResult(sweep, path, sweep_dir)
 
 

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag.errors import UsageError
+from kvdiag.fileio import commit_atomic, temp_beside
 from kvdiag.model import qwen35
 
 ARCHES = ("llama", qwen35.ARCH)
@@ -83,6 +84,17 @@ def gguf_module():
                          "pip install 'gguf>=0.10' numpy (both are kvdiag dependencies: "
                          "reinstall kvdiag with python3 -m pip install -e .)") from None
     return gguf
+
+
+MAX_PARAMS = 1 << 31       # 4 GiB of f16 weights: far past any server-path repro's need
+MAX_LAYERS = 4096
+
+
+def _product(ne) -> int:
+    total = 1
+    for n in ne:
+        total *= int(n)
+    return total
 
 
 @dataclass(frozen=True)
@@ -155,6 +167,13 @@ class ModelSpec:
             out.extend(qwen35.problems(self))
         elif self.mtp_layers:
             out.append(f"only qwen35 carries MTP blocks here (got --mtp-layers {self.mtp_layers} with {self.arch})")
+        if not out and self.n_layer <= MAX_LAYERS:
+            weights = sum(_product(ne) for ne in self.tensor_shapes().values())
+            if weights > MAX_PARAMS:
+                out.append(f"the shape asks for {weights:,} parameters; a tiny model is at most {MAX_PARAMS:,} "
+                           f"(the product of the dimensions is checked before anything is allocated)")
+        elif self.n_layer > MAX_LAYERS:
+            out.append(f"n_layer must be at most {MAX_LAYERS} (got {self.n_layer})")
         return out
 
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -222,8 +241,7 @@ def synthesize(spec: ModelSpec, path: Path) -> SynthReport:
     import numpy as np  # noqa: PLC0415 - gguf depends on numpy, so it is there when gguf is
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_beside(path)              # refuses a FIFO, device node or directory before any work
     rng = np.random.default_rng(spec.seed)
     wtype = np.float16 if spec.dtype == "f16" else np.float32
     shapes = spec.tensor_shapes()
@@ -250,7 +268,7 @@ def synthesize(spec: ModelSpec, path: Path) -> SynthReport:
         tmp.unlink(missing_ok=True)
         raise
     writer.close()
-    os.replace(tmp, path)
+    commit_atomic(tmp, path)
     n_params = sum(int(np.prod(ne)) for ne in shapes.values())
     return SynthReport(path=path, spec=spec, tensors=shapes, n_params=n_params, bytes=path.stat().st_size)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from kvdiag.fileio import write_json
 from kvdiag.proc.groups import sigint_deferred
 from kvdiag.errors import HarnessError, WorktreeError
 from kvdiag.probes.patch import Probe
@@ -193,9 +194,7 @@ class Worktree:
         data = {"kvdiag": "probe worktree", "source": str(self.source), "commit": self.commit,
                 "applied": list(self.applied), **(extra or {})}
         path = self.path / RECORD_FILE
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_json(path, data)
         return path
 
 

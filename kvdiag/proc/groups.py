@@ -76,22 +76,66 @@ def killpg(pgid: int, sig: int) -> None:
         pass
 
 
+def kill_pid(pid: int, sig: int) -> None:
+    """Signal a process that may already be gone."""
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+#: Every SIGINT/SIGTERM/SIGHUP this process received, in order (kvdiag.proc.signals reads it).
+SIGNALS_SEEN: list[int] = []
+_DEFERRED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextmanager
 def sigint_deferred() -> Iterator[list[int]]:
-    """While cleaning up, a Ctrl-C is noted (in the yielded list) instead of aborting the cleanup."""
+    """While cleaning up, a Ctrl-C (or SIGTERM, SIGHUP) is noted (in the yielded list)
+    instead of aborting the cleanup."""
     got: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield got
         return
+
+    def note(signum, _frame):
+        got.append(signum)
+        SIGNALS_SEEN.append(signum)
+
     try:
-        old = signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+        old = {sig: signal.signal(sig, note) for sig in _DEFERRED}
     except ValueError:  # pragma: no cover - not the main interpreter
         yield got
         return
     try:
         yield got
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def descendants(root: int) -> list[int]:
+    """Every live (not zombie) process below ``root``, whatever its session or group, from /proc."""
+    children: dict[int, list[int]] = {}
+    states: dict[int, str] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for e in entries:
+        if not e.isdigit():
+            continue
+        st = proc_stat(int(e))
+        if st is not None:
+            children.setdefault(st[1], []).append(int(e))
+            states[int(e)] = st[0]
+    out, todo = [], list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        if states.get(pid) not in ("Z", "X"):
+            out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
 
 
 def reap_and_list_live(pgid: int, leader: int) -> list[int] | None:

@@ -9,6 +9,7 @@ are counted, never raised, so a broken progress display cannot end a run.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ class LogSink:
         self.lock = threading.Lock()
         self.closed = False
         self.last_output = time.monotonic()   # when the last chunk arrived (quiet_timeout)
+        self.written = {"stdout": 0, "stderr": 0}
 
     def callback(self, stream: str) -> Callable[[object], None]:
         def cb(chunk):  # one argument: sh passes the chunk only
@@ -64,6 +66,7 @@ class LogSink:
         data = line + end
         self.files[stream].write(data)
         self.files["combined"].write(data)
+        self.written[stream] += len(data)
         if self.on_output is not None:
             try:
                 self.on_output(stream, line.decode("utf-8", errors="replace"))
@@ -92,3 +95,19 @@ class LogSink:
                     f.close()
                 except OSError:
                     pass
+            self._share_single_stream()
+
+    def _share_single_stream(self) -> None:
+        """When only one stream printed, its log is the combined log byte for byte: keep one
+        copy on disk (a hard link), so a 10 MB output is stored once, not twice."""
+        quiet = [s for s in ("stdout", "stderr") if self.written[s] == 0]
+        if len(quiet) != 1:
+            return
+        loud = "stderr" if quiet == ["stdout"] else "stdout"
+        target, combined = self.paths[loud], self.paths["combined"]
+        tmp = target.with_name(target.name + ".link")
+        try:
+            os.link(combined, tmp)
+            os.replace(tmp, target)
+        except OSError:
+            tmp.unlink(missing_ok=True)     # a file system without hard links keeps both copies

@@ -39,14 +39,15 @@ Python (``os.fork``), so on Python >= 3.12 a run started while other threads are
 alive gets a fork-with-threads DeprecationWarning; and ``on_output`` is called in
 sh's reader thread, so a slow callback slows reading.
 
-A grandchild that leaves the group (``setsid``) escapes the group kill; nothing
-in ggml's tests or compute-sanitizer does that.
+A grandchild that leaves the group (``setsid``) escapes the group kill: on a
+timeout or an interrupt the leader's descendants are also found through /proc
+and killed; one whose parent already exited is re-parented to kvdiag (the
+subreaper) and ended when kvdiag exits (``kvdiag.proc.signals.end_descendants``).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal as _signal
 import threading
@@ -66,7 +67,9 @@ warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, u
                         category=DeprecationWarning)
 
 from kvdiag.errors import CommandError, CommandInterrupted, CommandNotFound  # noqa: E402 - after the filter
-from kvdiag.proc.groups import become_subreaper, killpg, reap_and_list_live, sigint_deferred  # noqa: E402
+from kvdiag.fileio import write_json  # noqa: E402
+from kvdiag.proc.groups import (become_subreaper, descendants, kill_pid, killpg, proc_stat,  # noqa: E402
+                                 reap_and_list_live, sigint_deferred)
 from kvdiag.proc.logsink import LogSink  # noqa: E402
 from kvdiag.proc.result import CommandResult  # noqa: E402
 
@@ -164,9 +167,7 @@ def _read_child_pid(pid_r: int) -> int | None:
 
 
 def _write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json(path, doc)
 
 
 # --------------------------------------------------------------------------- starting
@@ -438,13 +439,39 @@ def _finish_group(running, leader: int, pgid: int, *, terminate: bool,
     if not terminate and live == []:
         return [], None
     # Either we must stop it (timeout, Ctrl-C), or the leader exited and left
-    # members of its group behind: they die with it.
+    # members of its group behind: they die with it. So do descendants that left
+    # the group (setsid) while their parent still lives: found through /proc.
+    escaped = [p for p in descendants(leader) if (proc_stat(p) or ("", 0, pgid))[2] != pgid]
+    for pid in escaped:
+        kill_pid(pid, _signal.SIGKILL)
     killpg(pgid, _signal.SIGTERM)
     killpg(pgid, _signal.SIGCONT)      # a stopped process handles SIGTERM only once continued
     if _wait_group_gone(running, leader, pgid, grace) == []:
+        _reap_escaped(escaped)
         return [], "SIGTERM"
     killpg(pgid, _signal.SIGKILL)
-    return list(_wait_group_gone(running, leader, pgid, _AFTER_KILL_WAIT_S) or []), "SIGKILL"
+    survivors = list(_wait_group_gone(running, leader, pgid, _AFTER_KILL_WAIT_S) or [])
+    _reap_escaped(escaped)
+    return survivors, "SIGKILL"
+
+
+def _reap_escaped(pids: list[int], wait_s: float = 2.0) -> None:
+    """Reap the killed descendants that left the group: once their parent is gone they are
+    re-parented to us (the subreaper) as zombies, and nobody else will reap them."""
+    end = time.monotonic() + wait_s
+    left = list(pids)
+    while left and time.monotonic() < end:
+        for pid in list(left):
+            try:
+                reaped, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:          # not (yet) ours: gone, or its parent still holds it
+                if proc_stat(pid) is None:
+                    left.remove(pid)
+                continue
+            if reaped:
+                left.remove(pid)
+        if left:
+            time.sleep(0.01)
 
 
 def _wait_group_gone(running, leader: int, pgid: int, seconds: float) -> list[int] | None:

@@ -21,6 +21,16 @@ held while slots are merely in use.
 Leases are not re-entrant: a process that already holds slots and asks the same
 pool again waits for itself. Lock descriptors are close-on-exec; the commands run
 under a lease do not inherit them.
+
+Security: the lock files are written (the holder's pid), so no other local user
+may choose where they point. The default root is private to the user
+(``$XDG_RUNTIME_DIR/kvdiag-locks``, else ``$KVDIAG_HOME/locks``), never a
+predictable name in a shared /tmp. Every directory of the tree is created 0700 and
+checked before use (a real directory, not a symlink, owned by the user, not
+group- or world-writable), else refused with one line. Lock files are opened with
+``O_NOFOLLOW`` and mode 0600 and checked with ``fstat`` (a regular file owned by
+the user with one link) before anything is written to them: a planted symlink or
+hard link is refused and its target never touched.
 """
 
 from __future__ import annotations
@@ -29,19 +39,21 @@ import errno
 import fcntl
 import os
 import re
+import stat
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from kvdiag.errors import SlotTimeout
+from kvdiag.errors import SlotTimeout, UnsafeLockPath
 
 __all__ = [
     "DEFAULT_PER_SLOT_BYTES",
     "Lease",
     "SlotPool",
     "SlotTimeout",
+    "UnsafeLockPath",
     "default_lock_root",
     "slots_for_memory",
 ]
@@ -52,11 +64,65 @@ _SLOT_RE = re.compile(r"^slot-(\d+)\.lock$")
 
 
 def default_lock_root() -> Path:
-    """``$KVDIAG_LOCK_DIR``, else ``/tmp/kvdiag-locks-<uid>``."""
+    """``$KVDIAG_LOCK_DIR``, else ``$XDG_RUNTIME_DIR/kvdiag-locks``, else ``$KVDIAG_HOME/locks``."""
     env = os.environ.get("KVDIAG_LOCK_DIR")
     if env:
         return Path(env)
-    return Path("/tmp") / f"kvdiag-locks-{os.getuid()}"
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return Path(runtime) / "kvdiag-locks"
+    from kvdiag.home import kvdiag_home
+
+    return kvdiag_home() / "locks"
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (mode 0700) if missing and check that only this user controls it."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise UnsafeLockPath(f"lock directory {path} cannot be used: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeLockPath(f"refusing lock directory {path}: it is a symlink")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeLockPath(f"refusing lock directory {path}: it is not a directory")
+    if st.st_uid != os.getuid():
+        raise UnsafeLockPath(f"refusing lock directory {path}: owned by uid {st.st_uid}, not by you "
+                             f"(uid {os.getuid()}); set KVDIAG_LOCK_DIR to a folder of your own")
+    if st.st_mode & 0o022:
+        raise UnsafeLockPath(f"refusing lock directory {path}: it is group- or world-writable "
+                             f"(mode {stat.S_IMODE(st.st_mode):o})")
+    return path
+
+
+def _open_lock(path: Path, flags: int) -> int:
+    """Open a lock file without following links and check it is ours alone before use."""
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeLockPath(f"refusing lock file {path}: it is a symlink (left untouched)") from None
+        raise
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = "it is not a regular file"
+    elif st.st_uid != os.getuid():
+        problem = f"it is owned by uid {st.st_uid}"
+    elif st.st_nlink != 1:
+        problem = f"it has {st.st_nlink} links (a hard link to another file?)"
+    if problem:
+        os.close(fd)
+        raise UnsafeLockPath(f"refusing lock file {path}: {problem} (left untouched)")
+    return fd
+
+
+def _pid_owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def slots_for_memory(total_bytes: int, per_slot_bytes: int = DEFAULT_PER_SLOT_BYTES,
@@ -98,9 +164,15 @@ def _try_lock(fd: int, flags: int = fcntl.LOCK_EX) -> bool:
 
 def _read_pid(path: Path) -> int | None:
     try:
-        text = path.read_text(encoding="ascii", errors="replace").strip()
+        fd = _open_lock(path, os.O_RDONLY)
+    except (OSError, UnsafeLockPath):
+        return None
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", errors="replace").strip()
     except OSError:
         return None
+    finally:
+        os.close(fd)
     try:
         return int(text.split()[0]) if text else None
     except ValueError:
@@ -123,14 +195,15 @@ class SlotPool:
     def _ensure_dir(self) -> None:
         """Create the directory and all N slot files, so that a pool opened with a
         smaller N sees them (its exclusive lease must cover them too)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.root)
+        private_dir(self.directory)
         for i in range(self.n_slots):
             path = self._slot_path(i)
             if not path.exists():
                 os.close(self._open(path))
 
     def _open(self, path: Path) -> int:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        return _open_lock(path, os.O_RDWR | os.O_CREAT)
 
     def _all_slot_indices(self) -> list[int]:
         """This pool's slots plus any other slot files in the directory (a pool
@@ -189,7 +262,12 @@ class SlotPool:
             path = self._slot_path(i)
             if not path.exists():
                 continue
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                fd = _open_lock(path, os.O_RDONLY)
+            except UnsafeLockPath:
+                raise
+            except OSError:
+                continue
             try:
                 if _try_lock(fd, fcntl.LOCK_SH):
                     fcntl.flock(fd, fcntl.LOCK_UN)
@@ -206,6 +284,9 @@ class SlotPool:
         parts = []
         for pid, slots in sorted(by_pid.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
             who = f"pid {pid}" if pid is not None else "a starting process"
+            owner = _pid_owner(pid) if pid is not None else None
+            if owner is not None and owner != os.getuid():
+                who += f" (uid {owner}, another user)"
             noun = "slot" if len(slots) == 1 else "slots"
             parts.append(f"{who} ({noun} {','.join(map(str, slots))})")
         text = "held by " + ", ".join(parts) if parts else "no slot held"

@@ -19,6 +19,7 @@ from jinja2 import meta
 from kvdiag import resources
 from kvdiag.registry import schema
 from kvdiag.registry.raw import Problem, RawEntry
+from kvdiag.registry.sandbox import SANDBOX, forbidden_reaches
 
 ID_PATTERN = re.compile(r"^D[1-9][0-9]*$")
 
@@ -33,7 +34,6 @@ MATCHER_KEYS = {
 }
 COMMON_MATCHER_KEYS = {"type", "step"}
 
-_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
 
 
 def lint_raw(raw: RawEntry) -> list[Problem]:
@@ -177,7 +177,7 @@ def _check_argv(value: Any) -> str | None:
 
 def template_variables(template: str) -> set[str]:
     """Undeclared top-level names a jinja2 template reads; raises on syntax errors."""
-    return meta.find_undeclared_variables(_JINJA.parse(template))
+    return meta.find_undeclared_variables(SANDBOX.parse(template))
 
 
 def _lint_consistency(raw: RawEntry, add) -> None:
@@ -250,6 +250,9 @@ def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> Non
         except jinja2.TemplateSyntaxError as exc:
             add(f"{where}.{key}", f"template {template!r} does not parse: {exc.message}")
             continue
+        for reach in forbidden_reaches(template):
+            add(f"{where}.{key}", f"template {template!r} reaches for {reach}, which the sandbox forbids "
+                                  f"(templates only substitute values)")
         for undefined in sorted(names - known):
             add(f"{where}.{key}", f"template {template!r} uses undefined variable {undefined!r}")
         for used in re.findall(r"bin\[['\"]([^'\"]+)['\"]\]", template):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag import resources
-from kvdiag.errors import UsageError
+from kvdiag.errors import DataError, UsageError
 from kvdiag.registry.entry import Entry, Matcher, Step
 from kvdiag.registry.lint import lint_raw, lint_registry_wide
 from kvdiag.registry.raw import Problem, RawEntry, read_raw
@@ -27,12 +27,23 @@ class Registry:
     problems: tuple[Problem, ...]
     root: Path
 
+    def require_entries(self) -> tuple[Entry, ...]:
+        """Every good entry; a DataError when there is none (an empty or wholly broken registry)."""
+        if not self.entries:
+            what = f"{len(self.problems)} problem(s), see `kvdiag registry lint`" if self.problems else "no D*.md files"
+            raise DataError(f"the registry {self.root} has no usable entries ({what})")
+        return self.entries
+
     def get(self, entry_id: str) -> Entry:
         """The entry with this id (case-insensitive), or a UsageError naming the closest ids."""
         wanted = entry_id.strip().upper()
         for entry in self.entries:
             if entry.id.upper() == wanted:
                 return entry
+        broken = [p for p in self.problems if Path(p.file).stem.upper() == wanted]
+        if broken:
+            more = f" (and {len(broken) - 1} more problem(s); see `kvdiag registry lint`)" if len(broken) > 1 else ""
+            raise DataError(f"{wanted} is malformed: {broken[0]}{more}")
         ids = [e.id for e in self.entries]
         close = difflib.get_close_matches(wanted, ids, n=3, cutoff=0.3)
         hint = f"; closest: {', '.join(close)}" if close else ""

@@ -89,12 +89,12 @@ def entry_to_osv(entry: Entry) -> dict[str, Any]:
 
 def write_osv_database(records: Iterable[dict[str, Any]], directory: Path) -> list[Path]:
     """One ``<id>.json`` per record under ``directory`` (created), each written atomically."""
-    from kvdiag.output_file import write_output
+    from kvdiag.fileio import write_atomic
 
     directory = Path(directory)
     written = []
     for record in records:
         path = directory / f"{record['id']}.json"
-        write_output(path, json.dumps(record, indent=2) + "\n")
+        write_atomic(path, json.dumps(record, indent=2) + "\n")
         written.append(path)
     return written

@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 from typing import Any, Mapping
 
+import click
+
 from kvdiag import __version__
 from kvdiag.errors import UsageError
 from kvdiag.registry.entry import Entry
@@ -25,10 +27,14 @@ from kvdiag.store.sweeps import target_summary
 def find_run(store: RunStore, entry: Entry, run_ref: str | None = "latest") -> RunDir:
     """The run to report: the newest finished run of the entry, or the run named (which must be the entry's)."""
     if run_ref in (None, "latest"):
-        run = store.latest_for(entry.id)
+        skipped: list[str] = []
+        run = store.latest_for(entry.id, skipped)
         if run is None:
             raise UsageError(f"no finished run of {entry.id} in {store.root}: run `kvdiag run {entry.id} --build BUILD` "
                              f"first")
+        if skipped:
+            click.echo(f"kvdiag: reporting {run.run_id}, not the newer unfinished run(s) of {entry.id}: "
+                       f"{', '.join(skipped)}", err=True)
         return run
     run = store.find(run_ref)
     data = _read(run)
@@ -40,10 +46,7 @@ def find_run(store: RunStore, entry: Entry, run_ref: str | None = "latest") -> R
 
 
 def _read(run: RunDir) -> dict[str, Any]:
-    try:
-        return run.read()
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read {run.path / 'run.json'}: {exc}") from None
+    return run.read_checked()
 
 
 def reproduce_command(entry: Entry, run: Mapping[str, Any]) -> str:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from kvdiag.fileio import write_json
 from kvdiag.proc.groups import group_members, sigint_deferred
 from kvdiag.proc.logfiles import log_paths
 from kvdiag.proc.runner import CommandError, CommandInterrupted, StartedCommand, start_command
@@ -484,6 +485,4 @@ def _body_excerpt(reply: Reply | None, limit: int = 65536) -> dict[str, Any] | N
 
 
 def _write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json(path, doc)

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from kvdiag.errors import HistoryUnreadable
 from kvdiag.home import kvdiag_home
 from kvdiag.store.runs import RunStore
 from kvdiag.store.sweeps import Sweep, target_summary, utc_now
@@ -111,13 +112,17 @@ def history_path(home: Path | None = None) -> Path:
 def _connect(home: Path | None) -> sqlite3.Connection:
     path = history_path(home)
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=30)
-    conn.row_factory = sqlite3.Row
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version < SCHEMA_VERSION:
-        conn.executescript(_SCHEMA)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.commit()
+    try:
+        conn = sqlite3.connect(path, timeout=30)
+        conn.row_factory = sqlite3.Row
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version < SCHEMA_VERSION:
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.commit()
+    except sqlite3.DatabaseError as exc:
+        raise HistoryUnreadable(f"the history database {path} cannot be used ({exc}): move it aside and "
+                                f"kvdiag starts a new one") from None
     return conn
 
 
@@ -177,7 +182,7 @@ def record_sweep(sweep: Sweep, *, path: str | Path | None = None, home: Path | N
     return sweep_id
 
 
-_RUN_STAMP = re.compile(r"^(\d{8})-(\d{6})-")
+_RUN_STAMP = re.compile(r"^(\d{8})-(\d{6})[-.]")
 
 
 def _date_of_run(run_id: str, path: Path) -> str:

@@ -1,36 +1,106 @@
 """The run store: `<home>/runs/<run-id>/` with run.json and the logs of every command.
 
-run.json is written at the start (status "running") and replaced atomically at
-the end, so a run killed halfway still leaves its argv, environment and the
-logs streamed so far, and `kvdiag runs` shows it as unfinished.
+run.json is written at the start (status "running", with the pid, boot id and
+start time of the kvdiag process) and replaced atomically at the end with a final
+status: "finished", "interrupted" (a signal) or "failed" (with the reason). A run
+the process could not finish itself (SIGKILL, power loss) is shown by `kvdiag runs`
+as "abandoned": its recorded process is gone. :func:`finish_open_runs` is the
+last resort the CLI calls on its way out, so no run.json stays "running" after
+kvdiag exits.
+
+Run ids sort in creation order: a UTC timestamp to the microsecond, kept strictly
+increasing within a process, then a per-process sequence number, then the label
+(`20261202-021045.123456-0003-D2`). Nothing random decides which run is "latest".
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
+import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from kvdiag.errors import UsageError
+from kvdiag.errors import RunUnreadable, UsageError
+from kvdiag.fileio import write_json
 from kvdiag.records.run import RunRecord, stamp_run
 
 RUN_FILE = "run.json"
+FINAL_STATES = ("finished", "interrupted", "failed")
+_ID = re.compile(r"^(?P<date>\d{8})-(?P<time>\d{6})(?:\.(?P<micro>\d{6})-(?P<seq>\d+))?-(?P<label>.+?)"
+                 r"(?P<legacy>-[0-9a-f]{4})?$")
+_id_lock = threading.Lock()
+_last_us = 0
+_sequence = 0
+_open_runs: dict[Path, "RunDir"] = {}
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, default=str)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_json(path, data)
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (/proc/<pid>/stat field 22)."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+        return int(data[data.rfind(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def this_process() -> dict[str, Any]:
+    """What `kvdiag runs` needs to tell later whether the process that wrote a run is still alive."""
+    return {"pid": os.getpid(), "boot_id": _boot_id(), "start_ticks": _start_ticks(os.getpid())}
+
+
+def process_gone(record: Any) -> bool:
+    """True when the recorded process is certainly not running any more (other boot, other start)."""
+    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+        return False
+    boot = _boot_id()
+    if record.get("boot_id") and boot and record["boot_id"] != boot:
+        return True
+    ticks = _start_ticks(record["pid"])
+    if ticks is None:
+        return True
+    return record.get("start_ticks") is not None and ticks != record["start_ticks"]
+
+
+def id_label(run_id: str) -> str:
+    """The label part of a run id (the entry id, `sweep`, `scan-D2` …)."""
+    m = _ID.match(run_id)
+    if not m:
+        return run_id
+    return run_id.split("-", 3)[3] if m.group("micro") else m.group("label")
+
+
+def _order_key(run_id: str) -> tuple:
+    m = _ID.match(run_id)
+    if not m:
+        return ("", 0, 0, run_id)
+    return (m.group("date") + m.group("time"), int(m.group("micro") or 0), int(m.group("seq") or 0), run_id)
+
+
+def new_run_id(label: str) -> str:
+    global _last_us, _sequence
+    with _id_lock:
+        now_us = max(time.time_ns() // 1000, _last_us + 1)
+        _last_us = now_us
+        _sequence += 1
+        seq = _sequence
+    seconds, micro = divmod(now_us, 1_000_000)
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(seconds))}.{micro:06d}-{seq:04d}-{label}"
 
 
 @dataclass(frozen=True)
@@ -42,6 +112,10 @@ class RunDir:
     @property
     def run_id(self) -> str:
         return self.path.name
+
+    @property
+    def label(self) -> str:
+        return id_label(self.run_id)
 
     @property
     def logs(self) -> Path:
@@ -58,7 +132,16 @@ class RunDir:
     def write(self, name: str, data: Any) -> Path:
         """Write ``name`` atomically; run.json gets its ``schema_version`` here, whoever writes it."""
         target = self.path / name
+        final = False
+        if name == RUN_FILE and isinstance(data, dict):
+            if data.get("status") == "running":
+                data = {**data, "process": this_process()}
+                _open_runs[self.path] = self
+            else:
+                final = True
         write_json_atomic(target, stamp_run(data) if name == RUN_FILE else data)
+        if final:                    # only once the final state is on disk is the run closed
+            _open_runs.pop(self.path, None)
         return target
 
     def record(self) -> RunRecord:
@@ -68,27 +151,83 @@ class RunDir:
     def read(self, name: str = RUN_FILE) -> dict[str, Any]:
         return json.loads((self.path / name).read_text(encoding="utf-8"))
 
+    def read_checked(self) -> dict[str, Any]:
+        """run.json as a mapping, or RunUnreadable saying what is wrong with it."""
+        path = self.path / RUN_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise RunUnreadable(f"cannot read {path}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise RunUnreadable(f"{path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise RunUnreadable(f"{path} is not a JSON object")
+        return data
+
+
+def displayed_status(data: dict[str, Any]) -> str:
+    """The status `kvdiag runs` shows: "abandoned" for a running run whose process is gone."""
+    status = str(data.get("status"))
+    if status == "running" and process_gone(data.get("process")):
+        return "abandoned"
+    return status
+
+
+def finish_open_runs(status: str, reason: str) -> list[Path]:
+    """Give every run this process left "running" a final state; best effort, never raises.
+
+    Called by the CLI on its way out (a signal, an exception, a full disk): the run
+    then says what ended it instead of staying "running" for ever. On a full disk
+    the atomic write cannot make its temporary copy, so the file is rewritten in
+    place with a short record (it only ever shrinks, which needs no new blocks).
+    """
+    done = []
+    for path, run in list(_open_runs.items()):
+        record: dict[str, Any]
+        try:
+            record = run.read()
+        except (OSError, ValueError):
+            record = {}
+        record.update({"status": status, "reason": reason})
+        try:
+            write_json_atomic(path / RUN_FILE, record)
+        except Exception:
+            try:
+                short = {k: record.get(k) for k in ("entry", "kind", "step", "status", "reason")}
+                with open(path / RUN_FILE, "r+b") as fh:
+                    fh.write((json.dumps(short) + "\n").encode())
+                    fh.truncate()
+            except OSError:
+                continue
+        _open_runs.pop(path, None)
+        done.append(path)
+    return done
+
 
 class RunStore:
-    """All runs under a home directory, newest last."""
+    """All runs under a home directory, oldest first."""
 
     def __init__(self, home: Path):
         self.root = home / "runs"
 
     def create(self, label: str) -> RunDir:
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        path = self.root / f"{stamp}-{label}-{secrets.token_hex(2)}"
+        path = self.root / new_run_id(label)
         path.mkdir(parents=True, exist_ok=False)
         return RunDir(path)
 
-    def __iter__(self) -> Iterator[RunDir]:
+    def all_dirs(self) -> list[RunDir]:
+        """Every run folder, readable or not, in creation order."""
         if not self.root.is_dir():
-            return iter(())
-        return iter(RunDir(p) for p in sorted(self.root.iterdir()) if (p / RUN_FILE).is_file())
+            return []
+        return [RunDir(p) for p in sorted((p for p in self.root.iterdir() if p.is_dir()),
+                                          key=lambda p: _order_key(p.name))]
+
+    def __iter__(self) -> Iterator[RunDir]:
+        return iter(r for r in self.all_dirs() if (r.path / RUN_FILE).is_file())
 
     def find(self, run_id: str) -> RunDir:
         """A run by id or unique prefix; 'latest' is the newest."""
-        runs = list(self)
+        runs = self.all_dirs()
         if run_id == "latest" and runs:
             return runs[-1]
         hits = [r for r in runs if r.run_id == run_id] or [r for r in runs if r.run_id.startswith(run_id)]
@@ -98,11 +237,19 @@ class RunStore:
             raise UsageError(f"no run {run_id!r} under {self.root}")
         raise UsageError(f"run id {run_id!r} is ambiguous: {', '.join(h.run_id for h in hits[:5])}")
 
-    def latest_for(self, entry_id: str) -> RunDir | None:
-        for run in reversed(list(self)):
-            try:
-                if run.read().get("entry") == entry_id and run.read().get("status") == "finished":
-                    return run
-            except (OSError, ValueError):
+    def latest_for(self, entry_id: str, skipped: list[str] | None = None) -> RunDir | None:
+        """The entry's newest finished run. A newer run that is unreadable raises RunUnreadable;
+        newer runs that did not finish are named in ``skipped`` (so the caller can say so)."""
+        for run in reversed(self.all_dirs()):
+            if run.label.upper() != entry_id.upper():
                 continue
+            if not (run.path / RUN_FILE).exists():
+                if skipped is not None:
+                    skipped.append(f"{run.run_id} (no run.json)")
+                continue
+            data = run.read_checked()
+            if data.get("entry") == entry_id and data.get("status") == "finished":
+                return run
+            if skipped is not None:
+                skipped.append(f"{run.run_id} ({displayed_status(data)})")
         return None

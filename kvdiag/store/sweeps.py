@@ -17,16 +17,14 @@ one target, together cover every entry exactly once.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import stat
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from kvdiag.errors import UsageError
+from kvdiag.errors import DataError, UsageError
+from kvdiag.fileio import output_target, read_json
 from kvdiag.records.verdict import Verdict
 from kvdiag.store.runs import write_json_atomic
 
@@ -119,15 +117,15 @@ class Sweep:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "sweep") -> "Sweep":
         if not isinstance(data, Mapping):
-            raise UsageError(f"{source}: not a kvdiag sweep (the JSON is not an object)")
+            raise DataError(f"{source}: not a kvdiag sweep (the JSON is not an object)")
         fmt = data.get("format")
         if fmt not in READABLE_SWEEP_FORMATS:
-            raise UsageError(f"{source}: not a kvdiag sweep (format {fmt!r}, expected one of "
-                             f"{', '.join(READABLE_SWEEP_FORMATS)})")
+            raise DataError(f"{source}: not a kvdiag sweep (format {fmt!r}, expected one of "
+                            f"{', '.join(READABLE_SWEEP_FORMATS)})")
         outcomes = data.get("outcomes")
         if not isinstance(outcomes, list) or not all(isinstance(o, Mapping) and "entry" in o and "verdict" in o
                                                      for o in outcomes):
-            raise UsageError(f"{source}: 'outcomes' must be a list of outcomes, each with 'entry' and 'verdict'")
+            raise DataError(f"{source}: 'outcomes' must be a list of outcomes, each with 'entry' and 'verdict'")
         return cls(target=data.get("target") or {}, outcomes=outcomes, started_at=str(data.get("started_at", "")),
                    wall_s=float(data.get("wall_s") or 0.0), shard=data.get("shard"),
                    kvdiag_version=str(data.get("kvdiag_version", "?")),
@@ -157,14 +155,9 @@ def with_sources(sweep: Sweep) -> Sweep:
 
 
 def check_sweep_path(path: Path) -> None:
-    """A sweep is saved onto a regular file or a new path; anything else (a folder, a FIFO,
-    a device, a link) is refused, never replaced."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(mode):
-        raise UsageError(f"refusing to save the sweep onto {path}: not a regular file")
+    """A sweep is saved onto a regular file or a new path (a link: onto its target); a folder,
+    FIFO or device is refused, never replaced (kvdiag.fileio's rule for every write)."""
+    output_target(path)
 
 
 def save_sweep(sweep: Sweep, path: Path) -> Path:
@@ -176,14 +169,7 @@ def save_sweep(sweep: Sweep, path: Path) -> Path:
 
 
 def load_sweep(path: Path) -> Sweep:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"no such sweep file: {path}") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: cannot read the sweep: {exc}") from None
-    return Sweep.from_dict(data, source=str(path))
+    return Sweep.from_dict(read_json(path, "sweep"), source=str(path))
 
 
 # --------------------------------------------------------------------------- target identity

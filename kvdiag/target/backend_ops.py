@@ -8,6 +8,7 @@ version of the program.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from kvdiag.errors import UsageError
 from kvdiag.proc.runner import run_command
 
 PROBE_TIMEOUT_S = 30.0
+PROBE_QUIET_S = 10.0         # a --help silent this long is hung (a real one prints within a second or two)
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,8 @@ def parse_ops_list(text: str) -> tuple[str, ...]:
 
 def probe_help(binary: Path, *, log_dir: Path, name: str) -> str | None:
     """A binary's ``--help`` text (any exit code); None when it printed nothing or hung."""
-    result = run_command([str(binary), "--help"], timeout=PROBE_TIMEOUT_S, log_dir=Path(log_dir), name=name)
+    result = run_command([str(binary), "--help"], timeout=PROBE_TIMEOUT_S, log_dir=Path(log_dir), name=name,
+                         quiet_timeout=PROBE_QUIET_S)
     text = result.combined_text()
     return text if text.strip() and not result.timed_out else None
 
@@ -99,10 +102,11 @@ def probe_backend_ops(binary: Path, *, log_dir: Path) -> BackendOpsInfo:
     log_dir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     result = run_command([str(binary), "--help"], timeout=PROBE_TIMEOUT_S, log_dir=log_dir,
-                         name="backend-ops-help")
+                         name="backend-ops-help", quiet_timeout=PROBE_QUIET_S)
     help_text = result.combined_text()
     if result.timed_out:
-        notes.append(f"--help timed out after {PROBE_TIMEOUT_S:g} s")
+        notes.append(f"--help hung: stopped after {result.duration_s:.0f} s ({result.describe()})")
+        print(f"kvdiag: {binary} --help hung; stopped after {result.duration_s:.0f} s", file=sys.stderr)
     if not help_text.strip():
         notes.append(f"--help printed nothing ({result.describe()})")
 

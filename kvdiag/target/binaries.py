@@ -6,8 +6,10 @@ no usable cache, and the programs are what kvdiag runs.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from pathlib import Path
 
 # Where executables are looked for, in order of precedence (first found wins).
@@ -45,6 +47,32 @@ def _is_program(path: Path) -> bool:
     except OSError:
         return False
     return head.startswith(_PROGRAM_MAGIC)
+
+
+def why_not_a_program(build_dir: Path, name: str) -> str | None:
+    """Why ``name`` is not a usable program of the build, said precisely: not there at
+    all (None), a folder that cannot be read, a directory, a symlink loop, no execute bit …"""
+    for sub in BINARY_DIRS:
+        directory = build_dir if sub == "." else build_dir / sub
+        if sub == "bin" and directory.is_dir() and not os.access(directory, os.R_OK | os.X_OK):
+            return f"{directory} cannot be read (permission denied)"
+        path = directory / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            st = path.stat()
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return f"{path} is a symlink loop"
+            return f"{path} cannot be used: {exc.strerror}"
+        if stat.S_ISDIR(st.st_mode):
+            return f"{path} is a directory, not a program"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{path} is not a regular file"
+        if not os.access(path, os.X_OK) or not st.st_mode & 0o111:
+            return f"{path} is not executable (no execute permission)"
+        return f"{path} does not start like a program (no ELF or #! header)"
+    return None
 
 
 def find_binaries(build_dir: Path) -> dict[str, Path]:

@@ -5,29 +5,19 @@ Not autouse: other test modules live in this folder too; the scenario tests ask 
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from engine_helpers import REGISTRY, Scenarios, SharedTargets
+from isolation import isolate
 from kvdiag.registry.loader import load_registry
 
 
 @pytest.fixture
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs, controls and GPU slot locks under tmp_path; no user setting leaks in."""
-    monkeypatch.setenv("KVDIAG_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("KVDIAG_LOCK_DIR", str(tmp_path / "locks"))
-    for name in ("KVDIAG_COMPUTE_SANITIZER", "KVDIAG_REGISTRY", "LLAMA_KV_BUILD", "LLAMA_KV_MODEL"):
-        monkeypatch.delenv(name, raising=False)
-    # The fakes start with `#!/usr/bin/env python3`: let that be this interpreter (no
-    # version-manager shim in between, which costs a shell per fake process).
-    pybin = tmp_path / "pybin"
-    pybin.mkdir()
-    (pybin / "python3").symlink_to(sys.executable)
-    monkeypatch.setenv("PATH", f"{pybin}{os.pathsep}{os.environ.get('PATH', '')}")
+    isolate(monkeypatch, tmp_path)
 
 
 @pytest.fixture(scope="session")

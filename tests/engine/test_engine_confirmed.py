@@ -13,6 +13,7 @@ from engine_helpers import (
 )
 from kvdiag.cli import main
 from kvdiag.engine.verdict import Verdict
+from kvdiag.store.runs import id_label
 from kvdiag.target.build import Staleness
 
 
@@ -319,7 +320,7 @@ def test_cli_run_without_a_gpu_is_skipped_exit_3(kv, monkeypatch, capsys, tmp_pa
     assert code == 3, out
     assert out.startswith("D2 SKIPPED")
     assert "no CUDA GPU is visible on this machine" in out
-    runs = [p for p in (tmp_path / "home" / "runs").iterdir() if "-D2-" in p.name]
+    runs = [p for p in (tmp_path / "home" / "runs").iterdir() if id_label(p.name) == "D2"]
     assert len(runs) == 1
     data = json.loads((runs[0] / "run.json").read_text())
     assert data["status"] == "finished" and data["outcome"]["verdict"] == "skipped"

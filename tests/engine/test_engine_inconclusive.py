@@ -151,7 +151,7 @@ def test_ctrl_c_records_an_interrupted_run(kv):
     assert printed["verdict"] == "inconclusive" and printed["extra"] == {"interrupted": True}
 
     data = json.loads((run_dir / "run.json").read_text())
-    assert data["status"] == "finished"
+    assert data["status"] == "interrupted"
     outcome = data["outcome"]
     assert outcome["verdict"] == "inconclusive"
     assert outcome["reason"] == "interrupted by the user (Ctrl-C); partial logs kept"

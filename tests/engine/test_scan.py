@@ -31,6 +31,7 @@ import kvdiag.engine.scan as scan_mod
 from engine_helpers import (
     ALLOWED, NO_GPU, REPO, SCENARIO_BUILDS, Scenarios, d2_like, pid_gone, wait_until,
 )
+from isolation import isolate
 from kvdiag.cli import main
 from kvdiag.engine.execute import no_sanitizer_gate
 from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, exact_case_regex, scan, scan_step
@@ -78,18 +79,6 @@ HANG_TIMEOUT = 3
 def scan_entry_body(timeout: int) -> str:
     return d2_like(timeout=timeout, requires="gpu = true") + (
         '\n[scan]\nstep = "fast"\nop = "FLASH_ATTN_EXT"\nparams = "hsk=256"\n')
-
-
-def isolate(mp: pytest.MonkeyPatch, root: Path) -> None:
-    """What conftest's `isolated` does, for a module-scoped fixture."""
-    mp.setenv("KVDIAG_HOME", str(root / "home"))
-    mp.setenv("KVDIAG_LOCK_DIR", str(root / "locks"))
-    for name in ("KVDIAG_COMPUTE_SANITIZER", "KVDIAG_REGISTRY", "LLAMA_KV_BUILD", "LLAMA_KV_MODEL"):
-        mp.delenv(name, raising=False)
-    pybin = root / "pybin"
-    pybin.mkdir()
-    (pybin / "python3").symlink_to(sys.executable)
-    mp.setenv("PATH", f"{pybin}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
 @dataclass

@@ -101,6 +101,6 @@ def test_run_against_a_stand_in_build_records_the_run(installed):
                    "--quiet", CUDA_VISIBLE_DEVICES="")
     assert done.returncode == 3, done.stdout + done.stderr          # ExitCode: skipped
     assert done.stdout.startswith("D2 SKIPPED"), done.stdout
-    runs = [p for p in (work / "home" / "runs").iterdir() if "-D2-" in p.name]
+    runs = [p for p in (work / "home" / "runs").iterdir() if p.name.endswith("-D2")]
     data = json.loads((runs[0] / "run.json").read_text())
     assert data["status"] == "finished" and data["outcome"]["verdict"] == "skipped"

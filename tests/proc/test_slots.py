@@ -54,7 +54,11 @@ def test_default_lock_root(monkeypatch, tmp_path):
     monkeypatch.setenv("KVDIAG_LOCK_DIR", str(tmp_path / "x"))
     assert default_lock_root() == tmp_path / "x"
     monkeypatch.delenv("KVDIAG_LOCK_DIR")
-    assert default_lock_root() == Path("/tmp") / f"kvdiag-locks-{os.getuid()}"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert default_lock_root() == tmp_path / "kvdiag-locks"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setenv("KVDIAG_HOME", str(tmp_path / "home"))
+    assert default_lock_root() == tmp_path / "home" / "locks"
 
 
 def test_acquire_k_slots_and_release(root):

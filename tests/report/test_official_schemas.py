@@ -265,7 +265,7 @@ def test_render_refuses_an_output_that_is_not_a_regular_file(tmp_path, capsys):
     assert "not a regular file" in capsys.readouterr().err
     assert main(["render", str(tmp_path / "missing.json")]) == 64
     (tmp_path / "not.json").write_text('{"format": "other"}')
-    assert main(["render", str(tmp_path / "not.json")]) == 64
+    assert main(["render", str(tmp_path / "not.json")]) == 65     # malformed input (issue #21)
 
 
 # --------------------------------------------------------------------------- control characters

@@ -64,7 +64,6 @@ program = args[i:]
 
 def streamed() -> None:
     """The report on stdout, interleaved with the program's own output."""
-    import tempfile
 
     def say(text: str) -> None:
         sys.stdout.write(text)
@@ -74,12 +73,17 @@ def streamed() -> None:
     if mode == "tool-error":
         say(f"{MARKER} Error: Device not supported.\n{MARKER} ERROR SUMMARY: 0 errors\n")
         sys.exit(1)
-    channel = Path(tempfile.mkdtemp(prefix="fake-sanitizer-")) / "channel"
+    # The channel lives beside this fake (in the test's tmp_path), never in /tmp, and goes with it.
+    channel = Path(__file__).resolve().with_name(f"stream-channel-{os.getpid()}")
     channel.write_text("")
-    rc = subprocess.call(program, env={**os.environ, CHANNEL_ENV: str(channel), "KVDIAG_FAKE_SANITIZER_STREAM": "1",
-                                       "KVDIAG_FAKE_SANITIZER_DESTROY": opts.get("--destroy-on-device-error",
-                                                                                 "context")})
-    seen = channel.read_text()
+    try:
+        rc = subprocess.call(program, env={**os.environ, CHANNEL_ENV: str(channel),
+                                           "KVDIAG_FAKE_SANITIZER_STREAM": "1",
+                                           "KVDIAG_FAKE_SANITIZER_DESTROY": opts.get("--destroy-on-device-error",
+                                                                                     "context")})
+        seen = channel.read_text()
+    finally:
+        channel.unlink(missing_ok=True)
     if mode == "no-summary":
         os.kill(os.getpid(), signal.SIGKILL)
     if rc != 0:

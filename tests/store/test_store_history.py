@@ -113,4 +113,6 @@ def test_history_command_table_and_json(home: Path) -> None:
 
     assert [r["verdict"] for r in json.loads(result.output)] == ["confirmed", "not-reproduced"]
     result = runner.invoke(history_cmd, ["D9"], obj=NoRegistry(), standalone_mode=False)
-    assert "no recorded outcome of D9" in result.output
+    from kvdiag.errors import UsageError
+
+    assert isinstance(result.exception, UsageError) and "no recorded outcome of it" in str(result.exception)

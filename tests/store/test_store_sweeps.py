@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from store_fixtures import TARGET, sweep_of
-from kvdiag.errors import UsageError
+from kvdiag.errors import DataError, UsageError
 from kvdiag.store.sweeps import (SWEEP_FORMAT, Sweep, entry_sort_key, load_sweep, merge_sweeps, parse_shard,
                                  save_sweep, shard_ids, target_identity, target_summary)
 
@@ -27,15 +27,15 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("content, message", [
-    ("{", "cannot read the sweep"),
+    ("{", "not a sweep: Expecting property name"),
     ("[]", "not a kvdiag sweep"),
     ('{"format": "other"}', "not a kvdiag sweep"),
     (f'{{"format": "{SWEEP_FORMAT}", "outcomes": [{{"entry": "D1"}}]}}', "each with 'entry' and 'verdict'"),
 ])
-def test_bad_files_are_named_usage_errors(tmp_path: Path, content: str, message: str) -> None:
+def test_bad_files_are_data_errors_and_absent_ones_usage_errors(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(DataError, match=message):
         load_sweep(path)
     with pytest.raises(UsageError, match="no such sweep file"):
         load_sweep(tmp_path / "absent.json")

@@ -1,0 +1,166 @@
+"""Every file kvdiag writes goes through here, so that no write can destroy what it should not.
+
+A write lands atomically (a temporary file beside the target, fsync, ``os.replace``)
+and only onto a *regular file* or a *new path*. ``os.replace`` onto a device node,
+a FIFO or a directory would swap the node itself for a regular file (``-o /dev/full``
+once replaced the device; a FIFO's reader then blocks forever), so those are refused
+with one line (exit 64). A symlink is followed: its final target is what gets
+written and the link stays a link (replacing the link would silently detach the
+user's file from it). A link that loops or dangles into a missing folder is refused.
+
+A write that fails (disk full, read-only folder) raises :class:`WriteFailed` naming
+the path and the OS's reason; the temporary file is removed and the old file is
+left as it was.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+from kvdiag.errors import OutputRefused, UsageError, WriteFailed
+
+__all__ = ["OutputRefused", "WriteFailed", "atomic_file", "output_target", "write_atomic", "write_json"]
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device node"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def output_target(path: Path | str) -> Path:
+    """The path a write to ``path`` really lands on: ``path`` itself when it is new or a
+    regular file, the final target when it is a symlink; OutputRefused otherwise."""
+    given = Path(path)
+    target = given
+    if given.is_symlink():
+        try:
+            target = Path(os.path.realpath(given, strict=True))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OutputRefused(f"refusing to write {given}: it is a symlink loop") from None
+            target = Path(os.path.realpath(given))        # dangling: the link's target is created
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        parent = target.parent
+        if parent.exists() and not parent.is_dir():
+            raise OutputRefused(f"refusing to write {given}: {parent} is not a directory") from None
+        return target
+    except OSError as exc:
+        raise OutputRefused(f"cannot write {given}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise OutputRefused(f"refusing to write {given}: it is {_kind(st.st_mode)}, not a regular file "
+                            f"(kvdiag replaces only regular files)")
+    return target
+
+
+def _fail(path: Path, exc: OSError) -> WriteFailed:
+    return WriteFailed(f"cannot write {path}: {exc.strerror or exc}")
+
+
+@contextmanager
+def atomic_file(path: Path | str, mode: str = "wb", encoding: str | None = None) -> Iterator[BinaryIO]:
+    """Open a temporary file for writing that becomes ``path`` when the block ends without error."""
+    given = Path(path)
+    target = output_target(given)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(given, exc) from None
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        fh = open(tmp, mode, encoding=encoding if "b" not in mode else None)
+    except OSError as exc:
+        raise _fail(given, exc) from None
+    try:
+        with fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        output_target(given)             # still a regular file (or new) right before the swap
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _fail(given, exc) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def commit_atomic(tmp: Path | str, path: Path | str) -> Path:
+    """Move a finished temporary file (written by a library that wants a path) onto ``path``."""
+    given = Path(path)
+    try:
+        target = output_target(given)
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _fail(given, exc) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def temp_beside(path: Path | str) -> Path:
+    """A temporary path beside the write's real target, for :func:`commit_atomic`."""
+    target = output_target(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(Path(path), exc) from None
+    return target.with_name(f".{target.name}.{os.getpid()}.tmp")
+
+
+def write_atomic(path: Path | str, data: bytes | str, encoding: str = "utf-8") -> Path:
+    """Write ``data`` to ``path`` atomically (see the module's rules); returns the path written."""
+    raw = data.encode(encoding) if isinstance(data, str) else data
+    with atomic_file(path, "wb") as fh:
+        fh.write(raw)
+    return Path(path)
+
+
+def write_json(path: Path | str, data: Any) -> Path:
+    """JSON, indented, one trailing newline; atomic like every write."""
+    return write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+MAX_JSON_BYTES = 256 << 20     # a sweep of every entry is a few MB; more is not a file kvdiag wrote
+
+
+def read_json(path: Path | str, what: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """A JSON document kvdiag wrote earlier, read with bounds: missing is a UsageError (64);
+    too large, not UTF-8, not JSON or nested absurdly deep is a DataError (65) saying which."""
+    from kvdiag.errors import DataError
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise DataError(f"{path}: {size} bytes is too large for a {what} (limit {max_bytes})")
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"no such {what} file: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not a {what}: byte {exc.start} is not UTF-8") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise DataError(f"{path}: not a {what}: the JSON is nested too deeply") from None
+    except ValueError as exc:
+        raise DataError(f"{path}: not a {what}: {exc}") from None
