@@ -11,6 +11,7 @@ import ctypes
 import os
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -174,3 +175,22 @@ def reap_and_list_live(pgid: int, leader: int) -> list[int] | None:
                 # left as a zombie about 1 run in 10 on a loaded 2-core machine).
         live.append(pid)
     return live
+
+
+def reap_escaped(pids: list[int], wait_s: float = 2.0) -> None:
+    """Reap the killed descendants that left the group: once their parent is gone they are
+    re-parented to us (the subreaper) as zombies, and nobody else will reap them."""
+    end = time.monotonic() + wait_s
+    left = list(pids)
+    while left and time.monotonic() < end:
+        for pid in list(left):
+            try:
+                reaped, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:          # not (yet) ours: gone, or its parent still holds it
+                if proc_stat(pid) is None:
+                    left.remove(pid)
+                continue
+            if reaped:
+                left.remove(pid)
+        if left:
+            time.sleep(0.01)

@@ -69,7 +69,7 @@ warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, u
 from kvdiag.errors import CommandError, CommandInterrupted, CommandNotFound  # noqa: E402 - after the filter
 from kvdiag.fileio import write_json  # noqa: E402
 from kvdiag.proc.groups import (become_subreaper, descendants, kill_pid, killpg, proc_stat,  # noqa: E402
-                                 reap_and_list_live, sigint_deferred)
+                                 reap_and_list_live, reap_escaped, sigint_deferred)
 from kvdiag.proc.logsink import LogSink  # noqa: E402
 from kvdiag.proc.result import CommandResult  # noqa: E402
 
@@ -447,31 +447,12 @@ def _finish_group(running, leader: int, pgid: int, *, terminate: bool,
     killpg(pgid, _signal.SIGTERM)
     killpg(pgid, _signal.SIGCONT)      # a stopped process handles SIGTERM only once continued
     if _wait_group_gone(running, leader, pgid, grace) == []:
-        _reap_escaped(escaped)
+        reap_escaped(escaped)
         return [], "SIGTERM"
     killpg(pgid, _signal.SIGKILL)
     survivors = list(_wait_group_gone(running, leader, pgid, _AFTER_KILL_WAIT_S) or [])
-    _reap_escaped(escaped)
+    reap_escaped(escaped)
     return survivors, "SIGKILL"
-
-
-def _reap_escaped(pids: list[int], wait_s: float = 2.0) -> None:
-    """Reap the killed descendants that left the group: once their parent is gone they are
-    re-parented to us (the subreaper) as zombies, and nobody else will reap them."""
-    end = time.monotonic() + wait_s
-    left = list(pids)
-    while left and time.monotonic() < end:
-        for pid in list(left):
-            try:
-                reaped, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:          # not (yet) ours: gone, or its parent still holds it
-                if proc_stat(pid) is None:
-                    left.remove(pid)
-                continue
-            if reaped:
-                left.remove(pid)
-        if left:
-            time.sleep(0.01)
 
 
 def _wait_group_gone(running, leader: int, pgid: int, seconds: float) -> list[int] | None:
