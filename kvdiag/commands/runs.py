@@ -66,9 +66,14 @@ def scan_and_show(entry: Entry, build_dir: Path, *, fmt: str, **options: Any):
 def drift_and_show(entry: Entry | None, build_dir: Path, *, op: str, params: str, runs: int, fmt: str) -> str:
     """`kvdiag drift`: the per-case table and the verdict; returns the verdict."""
     from kvdiag.engine.drift_session import run_drift_session
+    from kvdiag.errors import ScanNotRun
 
-    with progress_display(fmt != "text") as progress:
-        session = run_drift_session(entry, build_dir, op=op, params=params, runs=runs, progress=progress)
+    try:
+        with progress_display(fmt != "text") as progress:
+            session = run_drift_session(entry, build_dir, op=op, params=params, runs=runs, progress=progress)
+    except ScanNotRun as exc:          # nothing to measure here (no GPU): the verdict says why
+        click.echo(f"{exc.verdict}: {exc}")
+        return exc.verdict
     if fmt == "json":
         click.echo(json.dumps({**session.data, "run_dir": str(session.run_dir)}, indent=2, default=str))
     else:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag.engine.drift import DriftResult, judge_drift, run_drift
-from kvdiag.errors import UsageError
+from kvdiag.errors import ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry
@@ -39,8 +39,7 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
         reason = "no CUDA GPU is visible on this machine: drift measures GPU results"
         run_dir.write("run.json", {"entry": entry.id if entry else None, "kind": "drift", "status": "finished",
                                    "verdict": "skipped", "reason": reason})
-        click.echo(f"skipped: {reason}\nrun: {run_dir.path}")
-        return "skipped"
+        raise ScanNotRun("skipped", f"{reason}\nrun: {run_dir.path}")
     build = inspect_build(build_dir, log_dir=run_dir.logs, check_staleness=False)
     binary = build.binary("test-backend-ops")
     if binary is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -305,7 +306,7 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
         try:
             record_sweep(sweep, path=path, home=home)
         except (KvdiagError, sqlite3.Error, OSError) as exc:   # a secondary store never costs the sweep
-            click.echo(f"kvdiag: warning: the sweep is saved but not recorded in the history: {exc}", err=True)
+            print(f"kvdiag: warning: the sweep is saved but not recorded in the history: {exc}", file=sys.stderr)
     return SweepResult(sweep, path, sweep_dir)
 
 
