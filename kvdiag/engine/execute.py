@@ -16,6 +16,7 @@ from kvdiag import __version__
 from kvdiag.controls.staleness import staleness_control
 from kvdiag.engine.applicability import judge_applicability
 from kvdiag.engine.budget import compiles, step_budget
+from kvdiag.engine.comparison import describe_comparison, run_comparison
 from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
 from kvdiag.engine.observe import observe, observe_staleness
@@ -73,6 +74,10 @@ def pick_step(entry: Entry, name: str | None) -> Step:
     if step is None:
         raise UsageError(f"{entry.id} has no step {name!r} (steps: {', '.join(s.name for s in entry.steps)})")
     if not matchers_for(entry, step.name):
+        judged = next((s.name for s in entry.steps if s.compare_with == step.name), None)
+        if judged is not None:
+            raise UsageError(f"{entry.id} step {name!r} has no signature: it is the comparison arm of step "
+                             f"{judged!r} and runs with it (kvdiag run {entry.id} --step {judged})")
         raise UsageError(f"{entry.id} step {name!r} has no signature: it is informational, not a verdict")
     return step
 
@@ -132,6 +137,11 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     extra, interrupted = _attribute(entry, step, target, run_dir, attempts, verdict, options, gate_provider)
     if extra.get("case"):
         reason += f"; {describe_case(extra['case'])}"
+    if not interrupted:
+        comparison, interrupted = _compare(entry, step, target, run_dir, verdict, options, gate_provider)
+        if comparison is not None:
+            extra = {**extra, "comparison": comparison}
+            reason += f"; {describe_comparison(comparison)}"
     if verdict is Verdict.CONFIRMED and any(
             a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
         warnings.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
@@ -152,6 +162,18 @@ def _attribute(entry: Entry, step: Step, target: Target, run_dir: RunDir, attemp
         return options.attribute(entry, step, target, run_dir, attempts, verdict, options, gate_provider), False
     except _Interrupted:
         return {"case": {"case": None, "why_not": "interrupted while re-running cases alone", "tried": []}}, True
+
+
+def _compare(entry: Entry, step: Step, target: Target, run_dir: RunDir, verdict: Verdict,
+             options: RunOptions, gate_provider: GateProvider) -> tuple[dict | None, bool]:
+    """The step's comparison arm (engine.comparison), if it has one; a Ctrl-C during it keeps the verdict."""
+    def attempt(arm: Step):
+        return attempt_step(entry, arm, target, run_dir, 1, f"{entry.id} [{arm.name}] comparison arm", options,
+                            gate_provider)
+    try:
+        return run_comparison(entry, step, verdict, run_dir, attempt), False
+    except _Interrupted:
+        return {"step": step.compare_with, "seen": [], "missing": [], "exit": "interrupted", "logs": []}, True
 
 
 def describe_case(found: Mapping[str, Any]) -> str:

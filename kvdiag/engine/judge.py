@@ -160,12 +160,12 @@ def _what_ran(obs: Observations) -> str:
     if report is not None:
         return f"{report.executed} matching case(s) executed ({report.passed} OK, {report.failed} FAIL)"
     if obs.step.expect:
-        seen = "; ".join(_seen(p, obs.combined) for p in obs.step.expect)
+        seen = "; ".join(quote_seen(p, obs.combined) for p in obs.step.expect)
         return f"the expected path ran (seen: {seen}; {obs.last.describe()})"
     return f"the command ran to completion ({obs.last.describe()})"
 
 
-def _seen(pattern: str, text: str) -> str:
+def quote_seen(pattern: str, text: str) -> str:
     """The line an ``expect`` pattern matched, quoted (the pattern itself when it matched no text,
     e.g. a negative lookahead)."""
     m = re.search(pattern, text, re.M)

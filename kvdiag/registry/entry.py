@@ -48,6 +48,7 @@ class Step:
     min_cases: int = 1
     expect: tuple[str, ...] = ()       # every pattern must be seen (the loader makes one string a 1-tuple)
     evidence: tuple[str, ...] = ()
+    compare_with: str | None = None    # a signature-less step run once after this one (its comparison arm)
     vars: Mapping[str, Any] = field(default_factory=dict)
     requires_env: tuple[str, ...] = ()
     requires_binaries: tuple[str, ...] | None = None   # None: the entry's requires.binaries

@@ -198,6 +198,15 @@ def _lint_consistency(raw: RawEntry, add) -> None:
         _lint_step(step, f"repro[{i}]", step_binaries, add)
     for i, matcher in enumerate(data.get("signature", [])):
         _lint_matcher(matcher, f"signature[{i}]", step_names, add)
+    signed = {m.get("step") for m in data.get("signature", [])}
+    for i, step in enumerate(steps):
+        arm = step.get("compare_with")
+        if arm is None:
+            continue
+        if arm not in step_names or arm == step["name"]:
+            add(f"repro[{i}].compare_with", f"no other repro step named {arm!r}")
+        elif None in signed or arm in signed:
+            add(f"repro[{i}].compare_with", f"step {arm!r} has a signature: a comparison arm is measured, not judged")
     scan = data.get("scan")
     if scan and scan["step"] not in step_names:
         add("scan.step", f"no repro step named {scan['step']!r}")

@@ -118,6 +118,7 @@ def _build_step(s: dict[str, Any]) -> Step:
         min_cases=int(s.get("min_cases", 1)),
         expect=_patterns(s.get("expect")),
         evidence=tuple(s.get("evidence", ())),
+        compare_with=s.get("compare_with"),
         vars=dict(s.get("vars", {})),
         requires_env=tuple(s.get("requires_env", ())),
         requires_binaries=tuple(s["requires_binaries"]) if "requires_binaries" in s else None,

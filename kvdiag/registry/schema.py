@@ -201,6 +201,9 @@ STEP = Section(
                                      "or an array of regexes that must all be seen (e.g. that the draft path ran "
                                      "and that the KV cache was in host memory)."),
         "evidence": Key("list[str]", enum=EVIDENCE_KINDS),
+        "compare_with": _s("A step without a signature run once after this step's runs, on the same build: its "
+                           "comparison arm (e.g. the same server with a q8_0 cache). The lines its `expect` "
+                           "patterns match are quoted beside the verdict, which stays this step's."),
         "vars": Key("table", doc="Template variables of this step (op, params, …); scan overrides params."),
         "requires_env": Key("list[str]", doc="Environment variables this step alone needs (e.g. a model path)."),
         "requires_binaries": Key("list[str]", doc="Binaries this step needs, instead of requires.binaries."),
