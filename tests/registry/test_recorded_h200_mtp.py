@@ -79,7 +79,8 @@ def test_d3_fork_log_without_accepted_drafts_stays_inconclusive(entries):
 
 def test_d3_fork_log_without_a_host_kv_buffer_stays_inconclusive(entries):
     """Every KV buffer on the device (target and MTP context): nothing says the cache was on the host."""
-    log = recorded("D3-fork-server-mtp-1.combined.log.gz").replace("       CPU KV buffer size", "     CUDA0 KV buffer size")
+    log = recorded("D3-fork-server-mtp-1.combined.log.gz")
+    log = log.replace("       CPU KV buffer size", "     CUDA0 KV buffer size")
     assert "CPU KV buffer" not in log
     assert judged(entries["D3"], log).verdict is Verdict.INCONCLUSIVE
 
@@ -122,3 +123,20 @@ def test_d5_recorded_kvarn5_log_ran_at_verbosity_3_which_hides_libllama_info_lin
     assert judged(entries["D5"], log).verdict is Verdict.INCONCLUSIVE
     for step in entries["D5"].steps:
         assert step.argv[step.argv.index("-lv") + 1] == "4", step.name
+
+
+def test_d5_q8_0_arm_runs_as_the_comparison_of_kvarn5_and_alone_is_a_usage_error_naming_it(entries):
+    """Call 3's `kvdiag run D5 --step q8_0-control` ended in exit 64 with nothing run; the arm now runs
+    with `kvdiag run D5` and quotes the seed's kind of figure."""
+    import re
+
+    from kvdiag.engine.execute import pick_step
+    from kvdiag.errors import UsageError
+
+    entry = entries["D5"]
+    assert entry.default_step.name == "kvarn5" and entry.default_step.compare_with == "q8_0-control"
+    arm = entry.step("q8_0-control")
+    assert all(re.search(p, "llama_context:  CUDA_Host compute buffer size =    20.28 MiB") for p in arm.expect)
+    names_kvarn5 = r"comparison arm of step 'kvarn5' and runs with it \(kvdiag run D5 --step kvarn5\)"
+    with pytest.raises(UsageError, match=names_kvarn5):
+        pick_step(entry, "q8_0-control")
