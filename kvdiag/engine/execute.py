@@ -360,10 +360,7 @@ def _device_key(device) -> str:
 def _staleness_detail(staleness) -> str:
     if staleness is None:
         return "no build given"
-    if not staleness.checked:
-        return staleness.detail
-    pending = "\n".join(staleness.pending)
-    return f"{staleness.detail}\n{pending}".strip()
+    return "\n".join(staleness.evidence_lines()).strip()
 
 
 def _not_run(step: Step, index: int, verdict: Verdict, reason: str) -> Attempt:

@@ -59,7 +59,8 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
         gate = gate() if callable(gate) else gate
         if not gate.allowed:
             return Verdict.INCONCLUSIVE, f"the dry run found nothing to rebuild, but {gate.reason}"
-        return Verdict.NOT_REPRODUCED, f"the build is current with its sources (dry run found nothing to rebuild); {gate.reason}"
+        said = obs.stale_detail.splitlines()[0] if obs.stale_detail.strip() else "dry run found nothing to rebuild"
+        return Verdict.NOT_REPRODUCED, f"the build is current with its sources ({said}); {gate.reason}"
     problem = _sanitizer_problem(obs)
     if problem:
         return Verdict.INCONCLUSIVE, problem

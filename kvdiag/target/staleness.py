@@ -16,6 +16,8 @@ from typing import Any
 
 from kvdiag.parse.text import first_line
 from kvdiag.proc.runner import CommandNotFound, run_command
+from kvdiag.target.make_depfiles import unconsolidated_causes
+from kvdiag.target.ninja_explain import DirtyCause, classify_causes
 
 STALENESS_TIMEOUT_S = 60.0
 MAX_LISTED = 20                  # pending steps kept in the record; pending_count says how many in all
@@ -34,6 +36,9 @@ class Staleness:
     pending: tuple[str, ...]  # what would be rebuilt, at most MAX_LISTED lines
     detail: str
     pending_count: int = 0  # all build steps that would run
+    causes: tuple[str, ...] = ()  # why the tool would rebuild (ninja's explanations that count)
+    ignored: tuple[str, ...] = ()  # steps pending only because of always-run commands, at most MAX_LISTED
+    ignored_because: tuple[str, ...] = ()  # the always-run commands behind `ignored`, with the proof
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,7 +48,19 @@ class Staleness:
             "pending": list(self.pending),
             "pending_count": self.pending_count,
             "detail": self.detail,
+            "causes": list(self.causes),
+            "ignored": list(self.ignored),
+            "ignored_because": list(self.ignored_because),
         }
+
+    def evidence_lines(self) -> list[str]:
+        """What a verdict quotes: the summary, the causes, the pending steps, then what was ignored and why."""
+        if not self.checked:
+            return [self.detail]
+        lines = [self.detail, *(f"because: {c}" for c in self.causes), *self.pending]
+        lines += [f"ignored (always-run): {s}" for s in self.ignored]
+        lines += [f"ignored because: {w}" for w in self.ignored_because]
+        return lines
 
 
 def not_checked(detail: str, tool: str | None = None) -> Staleness:
@@ -97,7 +114,7 @@ def _ninja_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: P
     try:
         result, used, dropped = _dry_run(
             tool,
-            lambda ts: ["ninja", "-C", str(build_dir), "-n", *ts],
+            lambda ts: ["ninja", "-C", str(build_dir), "-n", "-d", "explain", *ts],
             targets,
             auto_targets=auto,
             log_dir=log_dir,
@@ -121,13 +138,31 @@ def _ninja_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: P
     if not edges:
         return Staleness(checked=True, stale=False, tool=tool, pending=(),
                          detail=f"ninja: no work to do ({scope})")
+    causes = classify_causes(text, build_dir)  # explanations go to stderr; both streams read
+    counted = [c for c in causes if not c.always_run]
+    always = [c for c in causes if c.always_run]
+    if always and not counted:
+        return _only_always_run(tool, edges, always, scope)
     if any(e.startswith("Re-running CMake") for e in edges):
         detail = (f"build.ninja would be regenerated (CMake re-run) before anything else; "
                   f"the steps after that are not listed ({scope})")
     else:
         detail = f"{len(edges)} build step(s) would run ({scope})"
+    if always:
+        detail += f"; {len(always)} always-run command(s) among them: " + "; ".join(c.describe() for c in always)
     return Staleness(checked=True, stale=True, tool=tool, pending=tuple(edges[:MAX_LISTED]),
-                     detail=detail, pending_count=len(edges))
+                     detail=detail, pending_count=len(edges), causes=tuple(c.line for c in counted[:MAX_LISTED]))
+
+
+def _only_always_run(tool: str, edges: list[str], always: list[DirtyCause], scope: str) -> Staleness:
+    """Every step ninja would run hangs off commands that run on every build: current with its sources."""
+    commands = ", ".join(c.step or c.line for c in always)
+    return Staleness(
+        checked=True, stale=False, tool=tool, pending=(),
+        detail=(f"ninja: nothing to rebuild against the sources ({scope}); {len(edges)} step(s) ignored, pending only "
+                f"behind always-run command(s): {commands}"),
+        ignored=tuple(edges[:MAX_LISTED]), ignored_because=tuple(c.describe() for c in always),
+    )
 
 
 def _scope(used: Sequence[str], dropped: Sequence[str]) -> str:
@@ -169,8 +204,15 @@ def _cmake_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_d
             steps.append(m.group("msg"))
     scope = _scope(used, dropped)
     if not steps:
+        read, causes = unconsolidated_causes(build_dir)
+        if causes:
+            return Staleness(checked=True, stale=True, tool=tool, pending=(), pending_count=len(causes),
+                             detail=(f"make -n lists nothing ({scope}), but {len(causes)} object(s) are older than a "
+                                     f"prerequisite in the compiler dependency files the next build reads"),
+                             causes=tuple(causes[:MAX_LISTED]))
+        seen = f"; {read} compiler dependency file(s) not yet folded in by CMake also checked" if read else ""
         return Staleness(checked=True, stale=False, tool=tool, pending=(),
-                         detail=f"make: nothing to rebuild ({scope}; CMakeLists edits are not seen by a dry run)")
+                         detail=f"make: nothing to rebuild ({scope}; CMakeLists edits are not seen by a dry run{seen})")
     return Staleness(checked=True, stale=True, tool=tool, pending=tuple(steps[:MAX_LISTED]),
                      detail=f"{len(steps)} build step(s) would run ({scope})", pending_count=len(steps))
 
