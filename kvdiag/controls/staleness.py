@@ -4,7 +4,10 @@ A `ninja -n` or `make -n` that reports "nothing to do" is only evidence that a
 build is current if the same dry run, on this machine, does report work when
 there is some. The control stages a two-file build whose output is missing, in
 the generator's own form, and runs the same check kvdiag runs on the user's
-build (`kvdiag.target.build.check_build_staleness`): it must say stale.
+build (`kvdiag.target.build.check_build_staleness`): it must say stale. The
+ninja form also has an always-run command in front of the object (the shape of
+llama.cpp's "Provisioning UI assets"), so the check's discounting of such
+commands is shown not to hide the missing object behind it.
 """
 
 from __future__ import annotations
@@ -18,10 +21,18 @@ from kvdiag.target.build import check_build_staleness
 _NINJA = """rule copy
   command = cp $in $out
   description = Building CUDA object $out
-build out/kernel.o: copy kernel.cu
+rule always
+  command = touch assets.h
+  description = Provisioning UI assets
+  restat = 1
+build CMakeFiles/assets assets.h: always
+build out/kernel.o: copy kernel.cu | assets.h
 build bin/test-backend-ops: copy out/kernel.o
 default bin/test-backend-ops
 """
+
+# the always-run command has run before and left its output absent, as after a real build
+_NINJA_LOG = "# ninja log v5\n0\t1\t0\tCMakeFiles/assets\t0\n0\t1\t0\tassets.h\t0\n"
 
 _CMAKE_MAKEFILE = """.PHONY: test-backend-ops
 test-backend-ops: bin/test-backend-ops
@@ -39,7 +50,7 @@ def staleness_control(generator: str | None, log_dir: Path) -> Gate:
     """Gate for a not-reproduced from the staleness check of a build made by `generator`."""
     gen = generator or "Ninja"
     if gen.startswith("Ninja"):
-        files, cmake_generator = {"build.ninja": _NINJA}, "Ninja"
+        files, cmake_generator = {"build.ninja": _NINJA, ".ninja_log": _NINJA_LOG, "assets.h": ""}, "Ninja"
     elif gen.endswith("Makefiles") and not gen.startswith("NMake"):
         files, cmake_generator = {"Makefile": _CMAKE_MAKEFILE}, "Unix Makefiles"
     else:

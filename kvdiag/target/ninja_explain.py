@@ -24,6 +24,8 @@ EXPLAIN_PREFIX = "ninja explain: "
 _PROPAGATED = re.compile(r" is dirty$")
 _MISSING = re.compile(r"^output (?P<out>.+) doesn't exist$")
 _PHONY_FORCE = re.compile(r"^output (?P<out>.+) of phony edge with no inputs doesn't exist$")
+_TOP_VARIABLE = re.compile(r"^(?P<key>[A-Za-z0-9_.-]+)\s*=\s*(?P<value>.*)$")
+_VARIABLE_REF = re.compile(r"\$\{(?P<a>[A-Za-z0-9_.-]+)\}|\$(?P<b>[A-Za-z0-9_-]+)")
 _BINDING = re.compile(r"^\s+(?P<key>[A-Za-z0-9_.-]+)\s*=\s*(?P<value>.*)$")
 MAX_MANIFEST_FILES = 64
 
@@ -36,6 +38,7 @@ class DirtyCause:
     always_run: bool = False
     step: str | None = None  # the edge's description, where the manifest names it
     why: str = ""  # for an always-run cause: the evidence that it runs on every build
+    outputs: tuple[str, ...] = ()  # for an always-run cause: everything its edge writes
 
     def describe(self) -> str:
         if not self.always_run:
@@ -60,6 +63,11 @@ def _explanations(text: str) -> list[str]:
     return lines
 
 
+def dirty_nodes(text: str) -> set[str]:
+    """Nodes ninja called dirty as an input of something ("X is dirty")."""
+    return {line[:-len(" is dirty")] for line in _explanations(text) if _PROPAGATED.search(line)}
+
+
 def explained_causes(text: str) -> list[str]:
     """Root explanations only: "X is dirty" lines repeat a cause already printed for an input."""
     return [line for line in _explanations(text) if not _PROPAGATED.search(line)]
@@ -69,22 +77,22 @@ def classify_causes(text: str, build_dir: Path) -> list[DirtyCause]:
     """Each root cause of `ninja -n -d explain`, marked always-run where the manifest and log prove it."""
     lines = explained_causes(text)
     missing = {m.group("out") for m in map(_MISSING.match, lines) if m}
-    dirty = {line[:-len(" is dirty")] for line in _explanations(text) if _PROPAGATED.search(line)}
+    dirty = dirty_nodes(text)
     edges, rules = _parse(build_dir, missing | dirty) if missing or dirty else ({}, {})
     logged = _logged_outputs(build_dir) if missing else set()
     out: list[DirtyCause] = []
     for line in lines:
         force = _PHONY_FORCE.match(line)
         if force:
-            out.append(DirtyCause(line, True, None, _FORCE_WHY))
+            out.append(DirtyCause(line, True, None, _FORCE_WHY, (force.group("out"),)))
             continue
         m = _MISSING.match(line)
         edge = edges.get(m.group("out")) if m else None
         if m and edge is not None and _restat(edge, rules) and m.group("out") in logged:
-            step = edge.bindings.get("DESC") or edge.bindings.get("description")
+            step = _description(edge, rules)
             out.append(DirtyCause(line, True, step, "a restat command that .ninja_log records as run "
                                                     "and that never creates this output runs on every build "
-                                                    "(CMake's add_custom_target)"))
+                                                    "(CMake's add_custom_target)", edge.outputs))
             continue
         out.append(DirtyCause(line))
     # ninja 1.13 prints no reason for an input-less phony edge, only that its output "is dirty"
@@ -93,7 +101,7 @@ def classify_causes(text: str, build_dir: Path) -> list[DirtyCause]:
         edge = edges.get(node)
         if edge is not None and edge.rule == "phony" and not edge.inputs and f"output {node} " not in said:
             out.append(DirtyCause(f"output {node} of phony edge with no inputs doesn't exist", True, None,
-                                  _FORCE_WHY))
+                                  _FORCE_WHY, (node,)))
     return out
 
 
@@ -139,6 +147,14 @@ def _split_paths(text: str) -> list[str]:
     return paths
 
 
+def _expand(text: str, variables: dict[str, str]) -> str:
+    """`$name` and `${name}` of the manifest's top-level variables (CMake's ${cmake_ninja_workdir})."""
+    def sub(m: re.Match) -> str:
+        name = m.group("a") or m.group("b")
+        return variables.get(name, m.group(0))
+    return _VARIABLE_REF.sub(sub, text.replace("$$", "\0")).replace("\0", "$$")
+
+
 def _unescaped_colon(line: str) -> int:
     i = 0
     while i < len(line):
@@ -169,6 +185,7 @@ def _parse(build_dir: Path, wanted: set[str] | None) -> tuple[dict[str, _Edge], 
     """Edges producing the `wanted` outputs (all when None) and every rule's bindings."""
     edges: dict[str, _Edge] = {}
     rules: dict[str, dict[str, str]] = {}
+    variables: dict[str, str] = {}
     for path in _manifest_files(build_dir):
         current: dict[str, str] | None = None
         for line in _logical_lines(path):
@@ -177,9 +194,13 @@ def _parse(build_dir: Path, wanted: set[str] | None) -> tuple[dict[str, _Edge], 
                 current[binding.group("key")] = binding.group("value").strip()
                 continue
             current = None
-            if line.startswith("rule "):
+            top = _TOP_VARIABLE.match(line)
+            if top:
+                variables[top.group("key")] = _expand(top.group("value").strip(), variables)
+            elif line.startswith("rule "):
                 current = rules.setdefault(line[5:].strip(), {})
             elif line.startswith("build "):
+                line = _expand(line, variables)
                 colon = _unescaped_colon(line)
                 if colon < 0:
                     continue
@@ -194,6 +215,15 @@ def _parse(build_dir: Path, wanted: set[str] | None) -> tuple[dict[str, _Edge], 
                 for o in hits:
                     edges[o] = edge
     return edges, rules
+
+
+def _description(edge: _Edge, rules: dict[str, dict[str, str]]) -> str | None:
+    """The step's name as ninja prints it: the edge's or its rule's description ($DESC, $out filled in)."""
+    text = edge.bindings.get("description") or rules.get(edge.rule, {}).get("description")
+    if not text:
+        return edge.bindings.get("DESC")
+    values = {**edge.bindings, "out": " ".join(edge.outputs)}
+    return _VARIABLE_REF.sub(lambda m: values.get(m.group("a") or m.group("b"), ""), text) or None
 
 
 def _restat(edge: _Edge, rules: dict[str, dict[str, str]]) -> bool:

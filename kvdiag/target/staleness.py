@@ -17,7 +17,8 @@ from typing import Any
 from kvdiag.parse.text import first_line
 from kvdiag.proc.runner import CommandNotFound, run_command
 from kvdiag.target.make_depfiles import unconsolidated_causes
-from kvdiag.target.ninja_explain import DirtyCause, classify_causes
+from kvdiag.target.ninja_explain import DirtyCause, classify_causes, dirty_nodes
+from kvdiag.target.ninja_recheck import recheck_behind
 
 STALENESS_TIMEOUT_S = 60.0
 MAX_LISTED = 20                  # pending steps kept in the record; pending_count says how many in all
@@ -142,7 +143,14 @@ def _ninja_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: P
     counted = [c for c in causes if not c.always_run]
     always = [c for c in causes if c.always_run]
     if always and not counted:
-        return _only_always_run(tool, edges, always, scope)
+        behind = recheck_behind(build_dir, dirty_nodes(text) | set(used),
+                                {o for c in always for o in c.outputs}, log_dir)
+        if behind.problem:
+            return not_checked(f"{len(edges)} step(s) pending behind always-run command(s), and they could not be "
+                               f"re-checked against their own inputs: {behind.problem}", tool)
+        if not behind.causes:
+            return _only_always_run(tool, edges, always, scope, behind.checked)
+        counted = [DirtyCause(c) for c in behind.causes]
     if any(e.startswith("Re-running CMake") for e in edges):
         detail = (f"build.ninja would be regenerated (CMake re-run) before anything else; "
                   f"the steps after that are not listed ({scope})")
@@ -154,13 +162,14 @@ def _ninja_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: P
                      detail=detail, pending_count=len(edges), causes=tuple(c.line for c in counted[:MAX_LISTED]))
 
 
-def _only_always_run(tool: str, edges: list[str], always: list[DirtyCause], scope: str) -> Staleness:
+def _only_always_run(tool: str, edges: list[str], always: list[DirtyCause], scope: str, rechecked: int) -> Staleness:
     """Every step ninja would run hangs off commands that run on every build: current with its sources."""
     commands = ", ".join(c.step or c.line for c in always)
     return Staleness(
         checked=True, stale=False, tool=tool, pending=(),
         detail=(f"ninja: nothing to rebuild against the sources ({scope}); {len(edges)} step(s) ignored, pending only "
-                f"behind always-run command(s): {commands}"),
+                f"behind always-run command(s): {commands} ({rechecked} output(s) behind them re-checked against "
+                f"their own inputs: none older)"),
         ignored=tuple(edges[:MAX_LISTED]), ignored_because=tuple(c.describe() for c in always),
     )
 

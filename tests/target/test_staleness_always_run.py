@@ -48,7 +48,8 @@ SOURCES = {
     "CMakeLists.txt": CMAKELISTS,
     "gen.h.in": "#define GEN 1\n",
     "layout.h": "struct task_params { int n; };\n",
-    "uses_gen.c": '#include "gen.h"\nint gen(void) { return GEN; }\n',
+    "shared.h": "#define SHARED 0\n",
+    "uses_gen.c": '#include "gen.h"\n#include "shared.h"\nint gen(void) { return GEN + SHARED; }\n',
     "main.c": '#include "layout.h"\nint gen(void);\nint main(void) { struct task_params p = { gen() }; return p.n - 1; }\n',
 }
 
@@ -65,9 +66,9 @@ def stage(tmp_path: Path, log_dir: Path, generator: str) -> tuple[Path, Path]:
     return src, build
 
 
-def touch_header(src: Path) -> None:
+def touch_header(src: Path, name: str = "layout.h") -> None:
     later = time.time() + 5
-    os.utime(src / "layout.h", (later, later))
+    os.utime(src / name, (later, later))
 
 
 def d13_verdict(staleness, generator: str, log_dir: Path) -> tuple[Verdict, str, tuple[str, ...]]:
@@ -108,6 +109,20 @@ def test_header_edit_beside_the_always_run_target_is_still_stale(tmp_path, log_d
     verdict, reason, quoted = d13_verdict(st, "Ninja", log_dir)
     assert verdict is Verdict.CONFIRMED, reason
     assert any(q.startswith("because: output CMakeFiles/app.dir/main.c.o older than") for q in quoted)
+
+
+@needs_cmake_ninja
+def test_a_header_edit_hidden_behind_the_byproduct_is_found_by_the_recheck(tmp_path, log_dir):
+    """uses_gen.c includes gen.h (the byproduct) and shared.h: ninja explains it only by "gen.h is dirty"."""
+    src, build = stage(tmp_path, log_dir, "Ninja")
+    touch_header(src, "shared.h")
+    st = check_build_staleness(build, generator="Ninja", log_dir=log_dir)
+    assert st.stale is True, st.detail
+    assert len(st.causes) == 1
+    assert st.causes[0].startswith("output CMakeFiles/uses_gen.dir/uses_gen.c.o older than most recent input ")
+    assert "shared.h (re-checked: ninja named only an always-run command's byproduct)" in st.causes[0]
+    verdict, reason, _ = d13_verdict(st, "Ninja", log_dir)
+    assert verdict is Verdict.CONFIRMED, reason
 
 
 @needs_cmake_ninja
