@@ -1,9 +1,20 @@
 """Is a build current with its sources? The D13 check every verdict carries.
 
 Answered by the build tool's own dry run (``ninja -n``, ``make -n`` for CMake
-Makefiles, ``make -q`` for plain ones), never by comparing timestamps ourselves:
-the tool knows its dependency graph. Tool trouble is an unknown answer, never
-an exception.
+Makefiles, ``make -q`` for plain ones): the tool knows its dependency graph.
+Tool trouble is an unknown answer, never an exception.
+
+A dry run also lists steps that run on every build and say nothing about the
+sources: CMake's ``add_custom_target`` (llama.cpp's "Provisioning UI assets")
+and everything ninja cannot know its restat will spare. ninja's ``-d explain``
+names the cause of each dirty edge; steps whose only causes are such commands
+are ignored and listed as ignored, with the proof (`ninja_explain`), after the
+steps behind them have been re-checked against their own inputs
+(`ninja_recheck`). Two places compare timestamps with the tool's own data,
+because the dry run cannot: those re-checks, and CMake Makefiles' compiler
+depfiles that the next build folds in but ``make -n`` does not see yet
+(`make_depfiles`). Plain ``make -q`` has no explanation to read: a FORCE-style
+always-run target there makes every build look stale, and kvdiag cannot tell.
 """
 
 from __future__ import annotations
