@@ -24,10 +24,6 @@ EXPLAIN_PREFIX = "ninja explain: "
 _PROPAGATED = re.compile(r" is dirty$")
 _MISSING = re.compile(r"^output (?P<out>.+) doesn't exist$")
 _PHONY_FORCE = re.compile(r"^output (?P<out>.+) of phony edge with no inputs doesn't exist$")
-_TOP_VARIABLE = re.compile(r"^(?P<key>[A-Za-z0-9_.-]+)\s*=\s*(?P<value>.*)$")
-_VARIABLE_REF = re.compile(r"\$\{(?P<a>[A-Za-z0-9_.-]+)\}|\$(?P<b>[A-Za-z0-9_-]+)")
-_BINDING = re.compile(r"^\s+(?P<key>[A-Za-z0-9_.-]+)\s*=\s*(?P<value>.*)$")
-MAX_MANIFEST_FILES = 64
 
 
 @dataclass(frozen=True)
@@ -109,6 +105,11 @@ _FORCE_WHY = "a phony edge with no inputs is always dirty: whatever depends on i
 
 
 # --------------------------------------------------------------------------- the manifest, just enough of it
+
+_TOP_VARIABLE = re.compile(r"^(?P<key>[A-Za-z0-9_.-]+)\s*=\s*(?P<value>.*)$")
+_VARIABLE_REF = re.compile(r"\$\{(?P<a>[A-Za-z0-9_.-]+)\}|\$(?P<b>[A-Za-z0-9_-]+)")
+_BINDING = re.compile(r"^\s+(?P<key>[A-Za-z0-9_.-]+)\s*=\s*(?P<value>.*)$")
+MAX_MANIFEST_FILES = 64  # build.ninja and what it includes
 
 
 def _logical_lines(path: Path) -> Iterator[str]:
