@@ -110,7 +110,10 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     try:
         for index in range(1, n + 1):
             label = f"{entry.id} [{step.name}] run {index}/{n}"
-            attempts.append(attempt_step(entry, step, target, run_dir, index, label, options, gate_provider))
+            attempt = attempt_step(entry, step, target, run_dir, index, label, options, gate_provider)
+            if _cancelled(options):      # another thread stopped this run (a sweep's worker on Ctrl-C)
+                raise _Interrupted(attempt)
+            attempts.append(attempt)
     except _Interrupted as exc:
         attempts.append(exc.attempt)
         verdict, reason = Verdict.INCONCLUSIVE, f"interrupted by the user ({interruption()}); partial logs kept"
@@ -135,6 +138,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         return outcome
     verdict, reason = aggregate(attempts)
     extra, interrupted = _attribute(entry, step, target, run_dir, attempts, verdict, options, gate_provider)
+    interrupted = interrupted or _cancelled(options)
     if extra.get("case"):
         reason += f"; {describe_case(extra['case'])}"
     if not interrupted:
@@ -142,6 +146,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         if comparison is not None:
             extra = {**extra, "comparison": comparison}
             reason += f"; {describe_comparison(comparison)}"
+        interrupted = interrupted or _cancelled(options)
     if verdict is Verdict.CONFIRMED and any(
             a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
         warnings.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
@@ -174,6 +179,12 @@ def _compare(entry: Entry, step: Step, target: Target, run_dir: RunDir, verdict:
         return run_comparison(entry, step, verdict, run_dir, attempt), False
     except _Interrupted:
         return {"step": step.compare_with, "seen": [], "missing": [], "exit": "interrupted", "logs": []}, True
+
+
+def _cancelled(options: RunOptions) -> bool:
+    """Whether the caller's cancel event stopped this run: its commands then ended as on Ctrl-C
+    (returned, not raised, see run_command), and the run is recorded as interrupted like one."""
+    return options.cancel is not None and options.cancel.is_set()
 
 
 def describe_case(found: Mapping[str, Any]) -> str:

@@ -63,7 +63,8 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     finally:
         progress.end()
     data = result.to_dict()
-    run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "finished", "target": target.to_dict(),
+    status = "interrupted" if result.interrupted else "finished"   # the cases it has are kept either way
+    run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": status, "target": target.to_dict(),
                                "scan": data})
     return dataclasses.replace(result, run_dir=run_dir.path)
 

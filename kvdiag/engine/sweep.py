@@ -33,6 +33,7 @@ from kvdiag.engine.verdict import Outcome, Verdict
 from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.home import kvdiag_home
+from kvdiag.proc.threads import Worker, wait_all
 from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunDir, RunStore
@@ -188,29 +189,25 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
             if not one(entry, lane, device):
                 return
 
-    workers = [threading.Thread(target=cpu_worker, name="kvdiag-sweep-cpu", daemon=True)] if cpu else []
+    def stop() -> None:
+        state["interrupted"] = True
+        cancel.set()
+
+    # Waited for through kvdiag.proc.threads, never by joining a running thread: a signal
+    # inside Thread.join makes CPython believe the worker ended while it still runs.
+    workers = [Worker(cpu_worker, name="kvdiag-sweep-cpu")] if cpu else []
     if len(devices) > 1:
-        workers += [threading.Thread(target=gpu_worker, args=(d,), name=f"kvdiag-sweep-gpu{d.index}", daemon=True)
-                    for d in devices]
+        workers += [Worker(gpu_worker, d, name=f"kvdiag-sweep-gpu{d.index}") for d in devices]
     try:
         for worker in workers:
             worker.start()
         if len(devices) < 2:
             gpu_worker(devices[0] if devices else None)
-        while any(w.is_alive() for w in workers):
-            for worker in workers:
-                worker.join(timeout=0.2)
+        wait_all(workers, on_interrupt=stop)
     except KeyboardInterrupt:
-        state["interrupted"] = True
-        cancel.set()
+        stop()
     finally:
-        while any(w.is_alive() for w in workers):
-            try:
-                for worker in workers:
-                    worker.join(timeout=0.2)
-            except KeyboardInterrupt:  # a second Ctrl-C while the workers wind down
-                state["interrupted"] = True
-                cancel.set()
+        wait_all(workers, on_interrupt=stop)   # a second signal while they wind down changes nothing
     run = SweepRun(sorted(results, key=lambda r: entry_sort_key(r.entry.id)), state["interrupted"])
     return run
 

@@ -58,9 +58,19 @@ class Faults:
         out, err = self.capsys.readouterr()
         return code, out, err
 
-    def spawn(self, *args: str) -> subprocess.Popen:
+    def one_gpu(self) -> dict[str, str]:
+        """The environment of a host with one H200 as nvidia-smi shows it (no GPU is used)."""
+        bindir = self.root / "smi-bin"
+        bindir.mkdir(exist_ok=True)
+        smi = bindir / "nvidia-smi"
+        shutil.copyfile(BUILDS / "nvidia_smi_lists_one_h200.sh", smi)
+        smi.chmod(0o755)
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        return {**env, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def spawn(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         """kvdiag as a real process (its own signal handling installed), output to files."""
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {**(os.environ if env is None else env), "PYTHONPATH": str(REPO)}
         self.out_path, self.err_path = self.root / "kvdiag.out", self.root / "kvdiag.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             return subprocess.Popen([sys.executable, "-m", "kvdiag.cli", *map(str, args)], env=env,

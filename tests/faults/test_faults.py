@@ -198,6 +198,8 @@ def test_g11_the_sandbox_refuses_a_payload_even_if_lint_is_bypassed(kv: Faults):
 @pytest.mark.parametrize("command, sig, code", [
     ("run", signal.SIGTERM, 143),
     ("run", signal.SIGHUP, 129),
+    ("sweep", signal.SIGINT, 130),
+    ("sweep", signal.SIGTERM, 143),
 ])
 def test_g12_signals_end_the_whole_tree_setsid_included_and_record_the_run(kv: Faults, command, sig, code):
     build = kv.build("hangs_with_setsid_child.sh")
@@ -208,10 +210,47 @@ def test_g12_signals_end_the_whole_tree_setsid_included_and_record_the_run(kv: F
     assert "Traceback" not in kv.stderr_of_spawned()
     assert_all_gone(pids)
     assert kv.run_json("D12")["status"] == "interrupted"
+    assert f"interrupted by the user ({_user_name(sig)})" in kv.run_json("D12")["outcome"]["reason"]
     if command == "sweep":
         assert kv.run_json("sweep")["status"] == "interrupted"
-    else:
-        assert f"interrupted by the user ({signal.Signals(sig).name})" in kv.run_json("D12")["outcome"]["reason"]
+        sweep = json.loads((kv.runs("sweep")[-1] / "sweep.json").read_text())
+        assert sweep["interrupted"] is True and [o["entry"] for o in sweep["outcomes"]] == ["D12"]
+
+
+def _user_name(sig: int) -> str:
+    return "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
+
+
+SCANNABLE_D12 = '\n[scan]\nstep = "throw-probe"\nop = "FLASH_ATTN_EXT"\nparams = "hsk=64"\n'
+
+
+def test_g12_sigterm_on_scan_ends_the_workers_trees_and_records_the_scan_interrupted(kv: Faults):
+    """The scan's case runs in a worker thread: SIGTERM cancels it, the tree ends, the scan is recorded."""
+    reg = kv.registry_copy("D12")
+    text = (reg / "D12.md").read_text()
+    fence = text.index("```", text.index("```toml") + 3)
+    (reg / "D12.md").write_text(text[:fence] + SCANNABLE_D12 + text[fence:])
+    build = kv.build("hangs_with_setsid_child.sh")
+    proc = kv.spawn("--registry", reg, "scan", "D12", "--build", build, "--format", "json")
+    pids, exit_code = signal_when_started(proc, build, signal.SIGTERM)
+    assert exit_code == 143, kv.stderr_of_spawned()
+    assert "Traceback" not in kv.stderr_of_spawned()
+    assert_all_gone(pids)
+    data = kv.run_json("scan-D12")
+    assert data["status"] == "interrupted" and data["scan"]["interrupted"] is True
+    assert {k: n for k, n in data["scan"]["counts"].items() if n} == {"inconclusive": 1}
+
+
+def test_g12_ctrl_c_on_drift_ends_the_tree_and_records_the_run_interrupted(kv: Faults):
+    build = kv.build("hangs_with_setsid_child.sh")
+    proc = kv.spawn("drift", "--op", "FLASH_ATTN_EXT", "--params", "hsk=64", "--runs", "3", "--build", build,
+                    env=kv.one_gpu())
+    pids, exit_code = signal_when_started(proc, build, signal.SIGINT)
+    assert exit_code == 130, kv.stderr_of_spawned()
+    assert "Traceback" not in kv.stderr_of_spawned()
+    assert_all_gone(pids)
+    data = kv.run_json("drift-FLASH_ATTN_EXT")
+    assert data["status"] == "interrupted" and data["reason"] == "interrupted by SIGINT"
 
 
 def test_g13_run_timeout_ends_the_tree_and_is_inconclusive(kv: Faults):
