@@ -4,8 +4,9 @@ GPU entries (`requires.gpu`) run one after another in the calling thread — eac
 already takes a slot of the GPU pool inside `run_entry`, and one sanitized
 kernel at a time keeps their timings and findings readable — while CPU-only
 entries (build checks, throw probes) run beside them in one worker thread.
-The calling thread is the one that receives Ctrl-C; it then cancels the worker
-and the sweep keeps every outcome that finished.
+The calling thread is the one that receives Ctrl-C; it then cancels the worker,
+waits until it has ended (kvdiag.proc.threads: never inside ``Thread.join``) and
+the sweep keeps every outcome that finished.
 
 Sharding: the selection is put in natural id order (D2 before D10) and dealt
 out **round-robin**: shard i of n gets the entries at positions i-1, i-1+n,
