@@ -3,8 +3,9 @@
 The schemas are the published files (tests/fixtures/schemas/, sources and
 licences in SOURCES.md there; kvdiag's own in kvdiag/data/). The sweeps are
 kvdiag's recorded H200 sweeps of ggml d99724f2 (ggml layout, kvdiag 0.1.0,
-format kvdiag-sweep/1) and the same sweep as a llama.cpp build records it
-(the build's cmake options with LLAMA_*, the tree holding ggml/ under it).
+format kvdiag-sweep/1) and of the BeeLlama llama.cpp fork 775450a68 (llama.cpp
+layout, kvdiag 0.1.1, format kvdiag-sweep/2 with the ``sources`` resolved
+against the real tree at sweep time; rendered to SARIF and JUnit on the device).
 Each validation is paired with a copy broken on purpose that must fail.
 """
 
@@ -30,6 +31,8 @@ SCHEMAS = TESTS / "fixtures" / "schemas"
 DEVICE = TESTS / "fixtures" / "device"
 GGML_SWEEP = DEVICE / "h200x2-ggml-llama-session2" / "sweep-gpu0.json"
 GGML_SWEEP_OTHER_RUN = DEVICE / "h200x2-ggml-llama-session2" / "sweep-gpu01.json"
+FORK = DEVICE / "h200-fork-llama-session4"
+FORK_SWEEP = FORK / "sweep-fork-cold.json"
 D2_GGML = "src/ggml-cuda/fattn-mma-f16.cuh"
 D2_LLAMA = "ggml/src/ggml-cuda/fattn-mma-f16.cuh"
 
@@ -51,19 +54,14 @@ def _kvdiag_validator(name: str):
     return jsonschema.Draft202012Validator(load_schema(name), registry=registry)
 
 
-def llama_layout(sweep: Sweep) -> Sweep:
-    """The recorded sweep as a llama.cpp build records it: LLAMA_* options, the same ggml code."""
-    target = copy.deepcopy(dict(sweep.target))
-    build = target["build"]
-    build["options"] = {**build["options"], "LLAMA_BUILD_TESTS": "ON", "LLAMA_CUDA": "OFF"}
-    build["source_dir"] = "/nonexistent/llama.cpp"
-    return Sweep(**{**sweep.__dict__, "target": target})
-
-
 @pytest.fixture(params=["ggml", "llama.cpp"])
 def recorded(request) -> tuple[str, Sweep]:
-    sweep = load_sweep(GGML_SWEEP)
-    return request.param, (sweep if request.param == "ggml" else llama_layout(sweep))
+    """A real recorded sweep of each layout: ggml d99724f2, the llama.cpp fork 775450a68."""
+    return request.param, load_sweep(GGML_SWEEP if request.param == "ggml" else FORK_SWEEP)
+
+
+#: D2's barrier-divergence site as each recorded sweep found it
+D2_LINE = {"ggml": 1538, "llama.cpp": 1607}
 
 
 def render(sweep: Sweep, fmt: SweepFormat) -> str:
@@ -94,7 +92,7 @@ def test_sarif_of_recorded_sweeps_validates_and_names_the_file_of_the_layout(rec
     (d2,) = [r for r in run["results"] if r["ruleId"] == "D2"]
     artifact = d2["locations"][0]["physicalLocation"]["artifactLocation"]
     assert artifact == {"uri": D2_GGML if layout == "ggml" else D2_LLAMA, "uriBaseId": "SRCROOT"}
-    assert d2["locations"][0]["physicalLocation"]["region"] == {"startLine": 1538}
+    assert d2["locations"][0]["physicalLocation"]["region"] == {"startLine": D2_LINE[layout]}
     for result in run["results"]:
         assert result["locations"] and result["partialFingerprints"]
     assert not [s for s in _strings(doc) if s.startswith(("/", "file:")) or "/tmp/" in s]
@@ -140,11 +138,49 @@ def test_a_sweep_saved_against_its_tree_records_the_paths_that_exist_there(tmp_p
     assert doc["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == D2_LLAMA
 
 
+def test_sarif_of_the_recorded_fork_sweep_is_what_the_device_rendered():
+    """`kvdiag render sweep-fork-cold.json --format sarif` on the H200 (fork.sarif) and here give
+    the same document: the paths come from the sweep's recorded ``sources``, not from this machine."""
+    recorded_sarif = json.loads((FORK / "fork.sarif").read_text(encoding="utf-8"))
+    SARIF.validate(recorded_sarif)
+    rendered = json.loads(render(load_sweep(FORK_SWEEP), SweepFormat.SARIF))
+    SARIF.validate(rendered)
+    uris = {r["ruleId"]: r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+            for r in rendered["runs"][0]["results"]}
+    assert uris == {"D1": "ggml/src/ggml-cuda/fattn.cu", "D2": D2_LLAMA, "D4": "tests/test-kvarn.cpp",
+                    "D8": "ggml/src/ggml-cuda/fattn-common.cuh", "D10": "tests/test-upstream-merge-keepers-static.py",
+                    "D13": "CMakeLists.txt"}
+    # the one change since the device run: D13 (the build is stale; it names no source file) had no
+    # location there, which GitHub code scanning refuses; it is placed at the root CMakeLists.txt now
+    (d13,) = [r for r in recorded_sarif["runs"][0]["results"] if r["ruleId"] == "D13"]
+    assert "locations" not in d13
+    d13["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": "CMakeLists.txt", "uriBaseId": "SRCROOT"}}}]
+    assert rendered == recorded_sarif
+
+
+def test_the_fork_sweep_without_its_sources_record_tells_the_layout_from_its_real_build():
+    """A sweep file without ``sources`` (as kvdiag 0.1.x wrote them): the fork's recorded cmake
+    options (LLAMA_BUILD_TESTS, ...) say llama.cpp, so D2 still lands under ggml/."""
+    data = json.loads(FORK_SWEEP.read_text(encoding="utf-8"))
+    assert any(name.startswith("LLAMA_") for name in data["target"]["build"]["options"])
+    data["format"] = "kvdiag-sweep/1"
+    for outcome in data["outcomes"]:
+        outcome.pop("sources", None)
+    doc = json.loads(render(Sweep.from_dict(data), SweepFormat.SARIF))
+    SARIF.validate(doc)
+    (d2,) = [r for r in doc["runs"][0]["results"] if r["ruleId"] == "D2"]
+    assert d2["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == D2_LLAMA
+
+
 # --------------------------------------------------------------------------- JUnit
 
 
 def test_junit_of_recorded_sweeps_validates_against_junit_10_xsd(recorded):
     JUNIT.validate(render(recorded[1], SweepFormat.JUNIT))
+
+
+def test_the_junit_the_device_rendered_from_the_fork_sweep_validates():
+    JUNIT.validate(str(FORK / "fork.junit.xml"))
 
 
 def test_junit_broken_on_purpose_fails_the_xsd():
@@ -253,9 +289,13 @@ def test_render_reads_a_0_1_sweep_in_every_format(fmt, tmp_path, capsys):
     assert out.read_text() == printed and printed.strip()
 
 
-def test_render_sarif_names_the_ggml_path_for_a_ggml_sweep(capsys):
-    assert main(["render", str(GGML_SWEEP), "--format", "sarif"]) == 0
-    assert f'"uri": "{D2_GGML}"' in capsys.readouterr().out
+@pytest.mark.parametrize("sweep_file,uri", [(GGML_SWEEP, D2_GGML), (FORK_SWEEP, D2_LLAMA)], ids=["ggml", "llama.cpp"])
+def test_render_sarif_names_the_path_of_the_swept_layout(sweep_file, uri, capsys):
+    assert main(["render", str(sweep_file), "--format", "sarif"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    SARIF.validate(doc)
+    (d2,) = [r for r in doc["runs"][0]["results"] if r["ruleId"] == "D2"]
+    assert d2["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == uri
 
 
 def test_render_refuses_an_output_that_is_not_a_regular_file(tmp_path, capsys):

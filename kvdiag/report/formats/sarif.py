@@ -4,7 +4,10 @@ One run; `tool.driver` is kvdiag with one rule per entry of the sweep (id, and
 the title as shortDescription). Results: each distinct sanitizer site of a
 confirmed entry, at its file:line, level error, the message quoting the
 finding; a confirmed entry with no site (an abort, a failing case) still gets
-one result, located at the entry's own source file. Other verdicts produce no
+one result, located at the entry's own source file (an entry that names no
+file, a build entry such as D13's staleness, at the tree's root
+``CMakeLists.txt``: GitHub code scanning wants a location on every result).
+Other verdicts produce no
 result (they are not findings), but the run's properties carry every verdict,
 and `executionSuccessful` is false when kvdiag itself failed on some entry.
 
@@ -52,10 +55,14 @@ def _artifact(file: str, known: list[str]) -> dict[str, str] | None:
     return {"uri": quote(posixpath.normpath(file)), "uriBaseId": SRCROOT}
 
 
-def _entry_location(known: list[str]) -> list[dict[str, Any]]:
-    if not known:
-        return []
-    return [{"physicalLocation": {"artifactLocation": {"uri": quote(known[0]), "uriBaseId": SRCROOT}}}]
+#: where a confirmed entry that names no source file is placed: the build's root file, in every layout
+BUILD_FILE = "CMakeLists.txt"
+
+
+def _entry_location(known: list[str], *, build_file: bool = False) -> list[dict[str, Any]]:
+    """The entry's first file; with ``build_file``, `BUILD_FILE` for an entry that names none."""
+    file = known[0] if known else BUILD_FILE if build_file else None
+    return [{"physicalLocation": {"artifactLocation": {"uri": quote(file), "uriBaseId": SRCROOT}}}] if file else []
 
 
 def _instantiation(site: Mapping[str, Any]) -> str:
@@ -133,9 +140,7 @@ def _entry_result(outcome: Mapping[str, Any], rule_index: int, known: list[str])
         "ruleId": view.id, "ruleIndex": rule_index, "level": "error", "message": {"text": text},
         "partialFingerprints": {FINGERPRINT_KEY: fingerprint(view.id, known[0] if known else "", instantiation)},
         "properties": {"verdict": "confirmed", "k": outcome.get("k"), "n": outcome.get("n")}}
-    locations = _entry_location(known)
-    if locations:
-        result["locations"] = locations
+    result["locations"] = _entry_location(known, build_file=True)
     return result
 
 
