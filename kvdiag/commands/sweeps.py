@@ -121,9 +121,9 @@ def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
     """
     from kvdiag.engine.sweep import sweep_exit_code
     from kvdiag.store.history import record_sweep
-    from kvdiag.store.sweeps import merge_sweeps
+    from kvdiag.store.sweeps import merge_sweeps, with_sources
 
-    merged = merge_sweeps([load_sweep(p) for p in shards])
+    merged = with_sources(merge_sweeps([load_sweep(p) for p in shards]))   # printed as saved
     save_sweep(merged, output)
     if not no_record:
         record_sweep(merged, path=output)

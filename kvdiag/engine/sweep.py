@@ -39,7 +39,7 @@ from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunDir, RunStore
 from kvdiag.store.sweeps import (Sweep, check_sweep_path, entry_sort_key, save_sweep, shard_ids, sweep_outcome,
-                                 utc_now)
+                                 utc_now, with_sources)
 
 SWEEP_FILE = "sweep.json"
 
@@ -265,8 +265,9 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
     lock = threading.Lock()
 
     def save_all(run: SweepRun) -> Sweep:
-        sweep = build_sweep(run, target_dict, started_at=started_at, wall_s=time.monotonic() - started,
-                            shard=shard, selection=selection)
+        # the sweep as saved, `sources` resolved: what `--format` prints is what `render` gives later
+        sweep = with_sources(build_sweep(run, target_dict, started_at=started_at, wall_s=time.monotonic() - started,
+                                         shard=shard, selection=selection))
         save_sweep(sweep, path)
         if save is not None:
             save_sweep(sweep, save)

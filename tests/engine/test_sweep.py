@@ -346,3 +346,45 @@ def test_sweep_outcomes_name_their_gpu_and_the_table_shows_it(home: Path, monkey
     assert header.split()[-1] == "GPU"
     row = next(line for line in table.splitlines() if line.startswith(gpu_entry + " "))
     assert row.split()[-1] == by_id[gpu_entry]["device"]["uuid"][-1]
+
+
+# --------------------------------------------------------------------------- printed = rendered
+
+
+def test_sweep_format_sarif_prints_the_source_paths_the_saved_sweep_records(home: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kvdiag sweep --format sarif` prints the sweep as it is saved, its ``sources`` resolved against
+    the tree: a fork keeps ggml under ggml/ whatever its cmake options say, so the printed SARIF and
+    `kvdiag render` of the saved file both name ggml/src/ggml-cuda/... (before, the printed one
+    was formatted before the save step and fell back to the options' layout: src/ggml-cuda/...)."""
+    from kvdiag.commands.sweeps import render_cmd
+
+    tree = tmp_path / "fork"
+    (tree / "ggml" / "src" / "ggml-cuda").mkdir(parents=True)
+    (tree / "ggml" / "src" / "ggml-cuda" / "fattn-mma-f16.cuh").write_text("// kernel\n")
+
+    class TreeTarget(FakeTarget):
+        def to_dict(self) -> dict:
+            data = super().to_dict()
+            data["build"].update(source_dir=str(tree), options={"GGML_CUDA": "ON"})   # no LLAMA_* option
+            return data
+
+    d2 = Entry(**{**fake_entry("D2", True).__dict__, "location": {"files": ["src/ggml-cuda/fattn-mma-f16.cuh"]}})
+
+    class Registry:
+        entries = (d2,)
+
+    monkeypatch.setattr(sweep_mod, "run_entry", Recorder())
+    monkeypatch.setattr(sweep_mod, "prepare_target", lambda build_dir, **kw: TreeTarget())
+    monkeypatch.setattr(sweep_mod, "controls_gate_provider", lambda home, target, log_dir: allow)
+    saved = tmp_path / "sweep.json"
+    result = CliRunner().invoke(sweep_cmd, ["--build", str(tmp_path), "--quiet", "--format", "sarif", "--save",
+                                            str(saved)], obj=type("Ctx", (), {"registry": Registry()})(),
+                                standalone_mode=False)
+    assert result.exception is None and result.return_value == 1
+    printed = json.loads(result.stdout)
+    uris = [r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in printed["runs"][0]["results"]]
+    assert uris == ["ggml/src/ggml-cuda/fattn-mma-f16.cuh"]
+    assert load_sweep(saved).outcome("D2")["sources"] == uris
+    rendered = invoke(render_cmd, [str(saved), "--format", "sarif"])
+    assert json.loads(rendered.stdout) == printed
