@@ -7,6 +7,7 @@ Everything is made under ``tmp_path``; the programs and data come from
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import shutil
 import stat
@@ -49,6 +50,14 @@ BARRIER_LINE = "Barrier error detected. Divergent thread(s) in block."
 
 ALLOWED = Gate(True, "synccheck's control passed on this machine (test gate)")
 REFUSED = Gate(False, "synccheck's positive control was not detected on this machine (test gate)")
+
+
+def read_recorded(path: Path) -> str:
+    """A recorded fixture file's text, gunzipped when it ends in .gz."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            return fh.read()
+    return path.read_text(encoding="utf-8")
 
 
 def fake_gpu(cc: tuple[int, int] = (9, 0)) -> GpuFingerprint:

@@ -7,13 +7,13 @@ reasons judged here from the raw logs must be the same.
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from engine_helpers import read_recorded
 
 from kvdiag.cli import main
 from kvdiag.engine.execute import no_sanitizer_gate
@@ -37,11 +37,7 @@ def registry():
 
 
 def read(name: str) -> str:
-    path = DEVICE / name
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            return fh.read()
-    return path.read_text(encoding="utf-8")
+    return read_recorded(DEVICE / name)
 
 
 def recorded_result(tmp_path: Path, stdout: str, stderr: str = "", combined: str | None = None, *,

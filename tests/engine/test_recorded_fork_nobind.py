@@ -10,13 +10,13 @@ unaffected, not inconclusive.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from engine_helpers import read_recorded
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device" / "h200-fork-llama-session4"
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
@@ -29,11 +29,7 @@ SCANS = {
 
 
 def _text(name: str) -> str:
-    path = DEVICE / name
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            return fh.read()
-    return path.read_text(encoding="utf-8")
+    return read_recorded(DEVICE / name)
 
 
 def test_doctor_without_bindings_passes_all_four_controls_through_nvcc_built_canaries():
