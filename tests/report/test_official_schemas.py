@@ -12,6 +12,7 @@ Each validation is paired with a copy broken on purpose that must fail.
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import os
 from pathlib import Path
@@ -32,7 +33,8 @@ DEVICE = TESTS / "fixtures" / "device"
 GGML_SWEEP = DEVICE / "h200x2-ggml-llama-session2" / "sweep-gpu0.json"
 GGML_SWEEP_OTHER_RUN = DEVICE / "h200x2-ggml-llama-session2" / "sweep-gpu01.json"
 FORK = DEVICE / "h200-fork-llama-session4"
-FORK_SWEEP = FORK / "sweep-fork-cold.json"
+#: the fork's cold sweep of call 2 (recorded gzipped, tree written <fork>; see the folder's README)
+FORK_SWEEP_GZ = FORK / "sweep-fork-cold.json.gz"
 D2_GGML = "src/ggml-cuda/fattn-mma-f16.cuh"
 D2_LLAMA = "ggml/src/ggml-cuda/fattn-mma-f16.cuh"
 
@@ -54,10 +56,18 @@ def _kvdiag_validator(name: str):
     return jsonschema.Draft202012Validator(load_schema(name), registry=registry)
 
 
+@pytest.fixture(scope="module")
+def fork_sweep(tmp_path_factory) -> Path:
+    """The recorded fork sweep as the file `kvdiag render` reads (unpacked)."""
+    path = tmp_path_factory.mktemp("fork") / "sweep-fork-cold.json"
+    path.write_bytes(gzip.decompress(FORK_SWEEP_GZ.read_bytes()))
+    return path
+
+
 @pytest.fixture(params=["ggml", "llama.cpp"])
-def recorded(request) -> tuple[str, Sweep]:
+def recorded(request, fork_sweep) -> tuple[str, Sweep]:
     """A real recorded sweep of each layout: ggml d99724f2, the llama.cpp fork 775450a68."""
-    return request.param, load_sweep(GGML_SWEEP if request.param == "ggml" else FORK_SWEEP)
+    return request.param, load_sweep(GGML_SWEEP if request.param == "ggml" else fork_sweep)
 
 
 #: D2's barrier-divergence site as each recorded sweep found it
@@ -138,12 +148,12 @@ def test_a_sweep_saved_against_its_tree_records_the_paths_that_exist_there(tmp_p
     assert doc["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == D2_LLAMA
 
 
-def test_sarif_of_the_recorded_fork_sweep_is_what_the_device_rendered():
+def test_sarif_of_the_recorded_fork_sweep_is_what_the_device_rendered(fork_sweep):
     """`kvdiag render sweep-fork-cold.json --format sarif` on the H200 (fork.sarif) and here give
     the same document: the paths come from the sweep's recorded ``sources``, not from this machine."""
     recorded_sarif = json.loads((FORK / "fork.sarif").read_text(encoding="utf-8"))
     SARIF.validate(recorded_sarif)
-    rendered = json.loads(render(load_sweep(FORK_SWEEP), SweepFormat.SARIF))
+    rendered = json.loads(render(load_sweep(fork_sweep), SweepFormat.SARIF))
     SARIF.validate(rendered)
     uris = {r["ruleId"]: r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
             for r in rendered["runs"][0]["results"]}
@@ -158,10 +168,10 @@ def test_sarif_of_the_recorded_fork_sweep_is_what_the_device_rendered():
     assert rendered == recorded_sarif
 
 
-def test_the_fork_sweep_without_its_sources_record_tells_the_layout_from_its_real_build():
+def test_the_fork_sweep_without_its_sources_record_tells_the_layout_from_its_real_build(fork_sweep):
     """A sweep file without ``sources`` (as kvdiag 0.1.x wrote them): the fork's recorded cmake
     options (LLAMA_BUILD_TESTS, ...) say llama.cpp, so D2 still lands under ggml/."""
-    data = json.loads(FORK_SWEEP.read_text(encoding="utf-8"))
+    data = json.loads(fork_sweep.read_text(encoding="utf-8"))
     assert any(name.startswith("LLAMA_") for name in data["target"]["build"]["options"])
     data["format"] = "kvdiag-sweep/1"
     for outcome in data["outcomes"]:
@@ -239,24 +249,26 @@ def test_export_output_onto_a_file_is_refused(tmp_path, capsys):
 # --------------------------------------------------------------------------- kvdiag's own JSON
 
 
-@pytest.mark.parametrize("path", sorted(p.relative_to(DEVICE) for p in DEVICE.glob("*/sweep*.json")), ids=str)
+def _read_json(path: Path):
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+
+
+@pytest.mark.parametrize("path", sorted(p.relative_to(DEVICE) for p in DEVICE.glob("*/sweep*.json*")), ids=str)
 def test_recorded_sweep_files_validate_against_kvdiag_sweep_schema(path):
-    data = json.loads((DEVICE / path).read_text())
+    data = _read_json(DEVICE / path)
     validator = _kvdiag_validator(SWEEP_SCHEMA)
     validator.validate(data)
     broken = copy.deepcopy(data)
     broken["outcomes"][0]["verdict"] = "maybe"
     assert not validator.is_valid(broken)
-    rewritten = json.loads(render(load_sweep(DEVICE / path), SweepFormat.JSON))
+    rewritten = json.loads(render(Sweep.from_dict(data), SweepFormat.JSON))
     assert rewritten["format"] == "kvdiag-sweep/2"
     validator.validate(rewritten)
 
 
 def _run_files():
-    import gzip
-
     for p in sorted(DEVICE.glob("*/*run*.json*")):
-        yield p.relative_to(DEVICE), json.loads(gzip.open(p).read() if p.suffix == ".gz" else p.read_text())
+        yield p.relative_to(DEVICE), _read_json(p)
 
 
 @pytest.mark.parametrize("path,data", list(_run_files()), ids=lambda v: str(v) if isinstance(v, Path) else "")
@@ -289,9 +301,9 @@ def test_render_reads_a_0_1_sweep_in_every_format(fmt, tmp_path, capsys):
     assert out.read_text() == printed and printed.strip()
 
 
-@pytest.mark.parametrize("sweep_file,uri", [(GGML_SWEEP, D2_GGML), (FORK_SWEEP, D2_LLAMA)], ids=["ggml", "llama.cpp"])
-def test_render_sarif_names_the_path_of_the_swept_layout(sweep_file, uri, capsys):
-    assert main(["render", str(sweep_file), "--format", "sarif"]) == 0
+@pytest.mark.parametrize("layout,uri", [("ggml", D2_GGML), ("llama.cpp", D2_LLAMA)])
+def test_render_sarif_names_the_path_of_the_swept_layout(layout, uri, fork_sweep, capsys):
+    assert main(["render", str(GGML_SWEEP if layout == "ggml" else fork_sweep), "--format", "sarif"]) == 0
     doc = json.loads(capsys.readouterr().out)
     SARIF.validate(doc)
     (d2,) = [r for r in doc["runs"][0]["results"] if r["ruleId"] == "D2"]
