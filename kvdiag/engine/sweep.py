@@ -215,7 +215,7 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
 
 def build_sweep(run: SweepRun, target_dict: dict, *, started_at: str, wall_s: float, shard: str | None,
                 selection: Sequence[Entry]) -> Sweep:
-    outcomes = [sweep_outcome(r.outcome.to_dict(), title=r.entry.title, run_dir=str(r.run_dir.path),
+    outcomes = [sweep_outcome(r.outcome, title=r.entry.title, run_dir=str(r.run_dir.path),
                               files=r.entry.location.get("files", ()) if r.entry.location else (), device=r.device)
                 for r in run.results]
     return Sweep(target=target_dict, outcomes=outcomes, started_at=started_at, wall_s=round(wall_s, 3), shard=shard,
@@ -314,8 +314,8 @@ def sweep_exit_code(sweep: Sweep) -> int:
     else 70 if any error, else 4 if any inconclusive, else 0."""
     if sweep.interrupted:
         return int(ExitCode.INTERRUPTED)
-    verdicts = {o["verdict"] for o in sweep.outcomes}
+    verdicts = {o.verdict for o in sweep.outcomes}
     for worst in (Verdict.CONFIRMED, Verdict.ERROR, Verdict.INCONCLUSIVE):
-        if worst.value in verdicts:
+        if worst in verdicts:
             return int(worst.exit_code)
     return int(ExitCode.OK)

@@ -19,8 +19,9 @@ k/N of a flaky entry, and applicability when it changed along with a regression.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
+from kvdiag.records.sweep import SweepOutcome
 from kvdiag.report.formats import error_count
 from kvdiag.store.sweeps import Sweep, entry_sort_key, target_summary
 
@@ -74,13 +75,8 @@ def _describe(sweep: Sweep) -> dict[str, Any]:
             "kvdiag_version": sweep.kvdiag_version, "shard": sweep.shard, "entries": len(sweep.outcomes)}
 
 
-def _k_n(outcome: Mapping[str, Any]) -> str:
-    n = outcome.get("n") or 0
-    return f"{outcome.get('k', 0)}/{n}" if n else "-"
-
-
-def _classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, list[str]]:
-    before, after = a["verdict"], b["verdict"]
+def _classify(a: SweepOutcome, b: SweepOutcome) -> tuple[str, list[str]]:
+    before, after = a.verdict.value, b.verdict.value
     notes: list[str] = []
     applicability = (before == "not-applicable") != (after == "not-applicable")
     if before != "confirmed" and after == "confirmed":
@@ -98,27 +94,27 @@ def _classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, list[str
     ea, eb = error_count(a), error_count(b)
     if ea != eb and (ea is not None or eb is not None):
         notes.append(f"sanitizer errors {ea if ea is not None else '-'} → {eb if eb is not None else '-'}")
-    ka, kb = _k_n(a), _k_n(b)
+    ka, kb = a.k_of_n, b.k_of_n
     if before == after and ka != kb and "-" not in (ka, kb):  # a verdict change already says it
         notes.append(f"k/N {ka} → {kb}")
     return change, notes
 
 
 def compare_sweeps(before: Sweep, after: Sweep) -> Comparison:
-    a = {o["entry"]: o for o in before.outcomes}
-    b = {o["entry"]: o for o in after.outcomes}
+    a = {o.entry_id: o for o in before.outcomes}
+    b = {o.entry_id: o for o in after.outcomes}
     rows: list[EntryChange] = []
     for entry in sorted(set(a) | set(b), key=entry_sort_key):
         oa, ob = a.get(entry), b.get(entry)
-        title = str((ob or oa or {}).get("title") or "")
+        title = (ob or oa).title
         if oa is None or ob is None:
             change, notes = ("only-in-b" if oa is None else "only-in-a"), []
         else:
             change, notes = _classify(oa, ob)
         rows.append(EntryChange(
             entry=entry, title=title, change=change,
-            before=oa["verdict"] if oa else None, after=ob["verdict"] if ob else None,
-            k_n_before=_k_n(oa) if oa else None, k_n_after=_k_n(ob) if ob else None,
+            before=oa.verdict.value if oa else None, after=ob.verdict.value if ob else None,
+            k_n_before=oa.k_of_n if oa else None, k_n_after=ob.k_of_n if ob else None,
             errors_before=error_count(oa) if oa else None, errors_after=error_count(ob) if ob else None,
             notes=tuple(notes)))
     return Comparison(before, after, tuple(rows))

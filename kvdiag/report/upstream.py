@@ -16,6 +16,8 @@ import click
 
 from kvdiag import __version__
 from kvdiag.errors import UsageError
+from kvdiag.records.sweep import SweepOutcome
+from kvdiag.records.verdict import Outcome
 from kvdiag.registry.entry import Entry
 from kvdiag.report.formats import entry_view, primary_attempt
 from kvdiag.report.formats.markdown import MARKDOWN_HELPERS, fingerprint_rows, human_time
@@ -60,10 +62,10 @@ def reproduce_command(entry: Entry, run: Mapping[str, Any]) -> str:
     return shlex.join(argv).replace("BUILD", "path/to/build")
 
 
-def exact_command(outcome: Mapping[str, Any]) -> str | None:
+def exact_command(outcome: Outcome) -> str | None:
     """The first attempt's first command, shell-quoted, exactly as it ran (else the first command of any attempt)."""
-    for attempt in outcome.get("attempts") or ():
-        commands = attempt.get("commands") or ()
+    for attempt in outcome.attempts:
+        commands = attempt.commands
         if commands and commands[0].get("argv"):
             return shlex.join(str(a) for a in commands[0]["argv"])
     return None
@@ -76,14 +78,17 @@ def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: st
         data = _read(run)
     else:
         data = dict(run)
-    outcome = data.get("outcome")
-    if not isinstance(outcome, Mapping):
+    raw = data.get("outcome")
+    if not isinstance(raw, Mapping):
         raise UsageError(f"run {run_id or '?'} has no outcome: nothing to report")
-    view = entry_view({**outcome, "entry": outcome.get("entry", entry.id), "title": entry.title,
-                       "run_dir": None})
+    try:
+        outcome = SweepOutcome.of(Outcome.from_dict({"entry": entry.id, **raw}), title=entry.title)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"run {run_id or '?'} has an outcome kvdiag cannot read ({exc}): nothing to report") from None
+    view = entry_view(outcome)
     t = target_summary(data.get("target"))
     build_rows, env_rows = fingerprint_rows(t)
-    attempt = primary_attempt(outcome) or {}
+    attempt = primary_attempt(outcome)
     references = [{"type": r.get("type") or "WEB", "url": r["url"], "note": r.get("note")}
                   for r in entry.references if r.get("url")]
     loc = entry.location or {}
@@ -92,7 +97,7 @@ def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: st
     return render(
         "report.md.j2", entry=entry, o=outcome, v=view, t=t, build_rows=build_rows, env_rows=env_rows,
         command=exact_command(outcome), reproduce=reproduce_command(entry, data), run_id=run_id,
-        when=human_time(_date(run_id)) if run_id else None, attempt_index=attempt.get("index"),
+        when=human_time(_date(run_id)) if run_id else None, attempt_index=attempt.index if attempt else None,
         established=entry.section("Established"), not_established=entry.section("Not established"),
         location=location, references=references, aliases=list(entry.aliases),
         run_version=data.get("kvdiag_version") or __version__, kvdiag_version=__version__,

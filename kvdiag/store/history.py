@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from kvdiag.errors import HistoryUnreadable
 from kvdiag.home import kvdiag_home
+from kvdiag.records.verdict import Outcome
 from kvdiag.store.runs import RunStore
 from kvdiag.store.sweeps import Sweep, target_summary, utc_now
 
@@ -133,19 +134,15 @@ def _fingerprint(target: Mapping[str, Any] | None) -> dict[str, Any]:
             "sanitizer_version": t.sanitizer_version, "machine_key": t.machine_key}
 
 
-def _first_error_count(outcome: Mapping[str, Any]) -> int | None:
-    for attempt in outcome.get("attempts") or ():
-        count = (attempt.get("evidence") or {}).get("error_count")
-        if count is not None:
-            return int(count)
-    return None
+def _first_error_count(outcome: Outcome) -> int | None:
+    return next((int(a.evidence.error_count) for a in outcome.attempts if a.evidence.error_count is not None), None)
 
 
-def _insert_run(conn: sqlite3.Connection, outcome: Mapping[str, Any], target: Mapping[str, Any] | None, *,
+def _insert_run(conn: sqlite3.Connection, outcome: Outcome, target: Mapping[str, Any] | None, *,
                 run_dir: str | None, date: str, sweep_id: int | None, kvdiag_version: str | None) -> int | None:
     row = {
-        "entry_id": outcome["entry"], "verdict": outcome["verdict"], "k": outcome.get("k"), "n": outcome.get("n"),
-        "reason": outcome.get("reason"), "error_count": _first_error_count(outcome), **_fingerprint(target),
+        "entry_id": outcome.entry_id, "verdict": outcome.verdict.value, "k": outcome.k, "n": outcome.n,
+        "reason": outcome.reason, "error_count": _first_error_count(outcome), **_fingerprint(target),
         "kvdiag_version": kvdiag_version, "date": date,
         "run_id": Path(run_dir).name if run_dir else None, "run_dir": run_dir, "sweep_id": sweep_id,
     }
@@ -154,15 +151,14 @@ def _insert_run(conn: sqlite3.Connection, outcome: Mapping[str, Any], target: Ma
     return cur.lastrowid if cur.rowcount else None
 
 
-def record_outcome(outcome: Any, target: Mapping[str, Any] | None, *, run_dir: str | Path | None,
+def record_outcome(outcome: Outcome, target: Mapping[str, Any] | None, *, run_dir: str | Path | None,
                    date: str | None = None, kvdiag_version: str | None = None,
                    home: Path | None = None) -> int | None:
-    """Record one entry's outcome (an `Outcome` or its `to_dict()`); None if that run was already recorded."""
-    data = outcome.to_dict() if hasattr(outcome, "to_dict") else outcome
+    """Record one entry's outcome; None if that run was already recorded."""
     if kvdiag_version is None:
         from kvdiag import __version__ as kvdiag_version
     with closing(_connect(home)) as conn, conn:
-        return _insert_run(conn, data, target, run_dir=str(run_dir) if run_dir else None,
+        return _insert_run(conn, outcome, target, run_dir=str(run_dir) if run_dir else None,
                            date=date or utc_now(), sweep_id=None, kvdiag_version=kvdiag_version)
 
 
@@ -177,7 +173,7 @@ def record_sweep(sweep: Sweep, *, path: str | Path | None = None, home: Path | N
                            tuple(fields.values()))
         sweep_id = int(cur.lastrowid)
         for outcome in sweep.outcomes:
-            _insert_run(conn, outcome, sweep.target, run_dir=outcome.get("run_dir"), date=sweep.started_at,
+            _insert_run(conn, outcome, sweep.target, run_dir=outcome.run_dir, date=sweep.started_at,
                         sweep_id=sweep_id, kvdiag_version=sweep.kvdiag_version)
     return sweep_id
 
@@ -204,16 +200,14 @@ def sync_run_store(home: Path | None = None) -> int:
             if run.run_id in known:
                 continue
             try:
-                data = run.read()
-            except (OSError, ValueError):
+                record = run.record()
+            except (OSError, KeyError, TypeError, ValueError):
                 continue
-            outcome = data.get("outcome")
-            if data.get("status") != "finished" or not isinstance(outcome, Mapping) or "verdict" not in outcome:
+            if not record.finished or record.outcome is None:
                 continue
-            outcome = {"entry": data.get("entry") or outcome.get("entry"), **outcome}
-            if _insert_run(conn, outcome, data.get("target"), run_dir=str(run.path),
+            if _insert_run(conn, record.outcome, record.fields.get("target"), run_dir=str(run.path),
                            date=_date_of_run(run.run_id, run.path / "run.json"), sweep_id=None,
-                           kvdiag_version=data.get("kvdiag_version")):
+                           kvdiag_version=record.fields.get("kvdiag_version")):
                 added += 1
     return added
 

@@ -17,6 +17,8 @@ import posixpath
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from kvdiag.records.sweep import SweepOutcome
+
 GGML = "ggml"
 LLAMA = "llama.cpp"
 
@@ -73,11 +75,10 @@ def record_sources(files: Iterable[str], source_dir: str | Path | None) -> list[
     return [resolve_in_tree(f, root) or in_layout(f, layout) for f in files]
 
 
-def source_paths(outcome: Mapping[str, Any], target: Mapping[str, Any] | None) -> list[str]:
+def source_paths(outcome: SweepOutcome, target: Mapping[str, Any] | None) -> list[str]:
     """The entry's files as repository paths of the swept tree: recorded at sweep time when the
     sweep has them, else mapped by the layout of the recorded build."""
-    recorded = outcome.get("sources")
-    if isinstance(recorded, list) and recorded:
-        return [str(p) for p in recorded]
+    if outcome.sources:
+        return list(outcome.sources)
     layout = layout_of_build((target or {}).get("build"))
-    return [in_layout(str(f), layout) for f in outcome.get("files") or ()]
+    return [in_layout(f, layout) for f in outcome.files]

@@ -1,13 +1,11 @@
 """The saved sweep: one JSON file per sweep (or per shard of one), read by every sweep formatter.
 
-A sweep holds plain data only — the target as `Target.to_dict()` gives it and
-each entry's outcome as `Outcome.to_dict()` gives it, plus the entry's `title`
-and `run_dir` (and `files`, the entry's source files as the registry names
-them, and `sources`, the same files as paths of the swept tree, so SARIF can
-name a repository path for a site the sanitizer printed as a basename).
+A `Sweep` holds its header (target, start, wall time, shard, selection) and one
+`SweepOutcome` per entry (see `kvdiag.records.sweep` for the keys each is saved
+with); ``to_dict``/``from_dict`` are the one pair that writes and reads the file.
 kvdiag 0.1.x wrote format /1, without `sources`; it is read as it is. Formatters,
-`compare`, `merge` and the history read this, never live engine objects, so a
-sweep saved on the GPU machine renders the same anywhere later.
+`compare`, `merge` and the history read these typed values, never live engine
+objects, so a sweep saved on the GPU machine renders the same anywhere later.
 
 Shards: `kvdiag sweep --shard i/n` runs a deterministic part of a selection
 (see `kvdiag.engine.sweep.shard_entries`); each shard records the whole
@@ -25,7 +23,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, read_json
-from kvdiag.records.verdict import Verdict
+from kvdiag.records.sweep import SweepOutcome
+from kvdiag.records.verdict import Outcome, Verdict
 from kvdiag.store.runs import write_json_atomic
 
 #: the version written; /2 adds each outcome's ``sources`` (its files as paths of the swept tree)
@@ -74,7 +73,7 @@ class Sweep:
     """Every selected entry's outcome against one target."""
 
     target: Mapping[str, Any]
-    outcomes: Sequence[Mapping[str, Any]]
+    outcomes: Sequence[SweepOutcome]
     started_at: str
     wall_s: float
     shard: str | None
@@ -82,23 +81,29 @@ class Sweep:
     selection: Sequence[str] = ()      # every id of the sweep's selection, before sharding
     interrupted: bool = False          # Ctrl-C: the outcomes are those that finished
 
+    def __post_init__(self) -> None:
+        # Outcomes given as saved (mappings) are read through the one reader, so `outcomes` always holds
+        # SweepOutcome values whoever built the sweep.
+        typed = tuple(o if isinstance(o, SweepOutcome) else SweepOutcome.from_dict(o) for o in self.outcomes)
+        object.__setattr__(self, "outcomes", typed)
+
     @property
     def ids(self) -> list[str]:
-        return [o["entry"] for o in self.outcomes]
+        return [o.entry_id for o in self.outcomes]
 
     @property
     def planned(self) -> list[str]:
         """The ids this sweep (or shard) set out to run."""
         return shard_ids(self.selection, self.shard)
 
-    def outcome(self, entry_id: str) -> Mapping[str, Any] | None:
-        return next((o for o in self.outcomes if o["entry"] == entry_id), None)
+    def outcome(self, entry_id: str) -> SweepOutcome | None:
+        return next((o for o in self.outcomes if o.entry_id == entry_id), None)
 
     def counts(self) -> dict[str, int]:
         """How many entries ended in each verdict, every verdict listed (zeros too), in table order."""
         counts = {v.value: 0 for v in Verdict}
         for o in self.outcomes:
-            counts[o["verdict"]] = counts.get(o["verdict"], 0) + 1
+            counts[o.verdict.value] += 1
         return counts
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,7 +116,7 @@ class Sweep:
             "selection": list(self.selection),
             "interrupted": self.interrupted,
             "target": self.target,
-            "outcomes": [dict(o) for o in self.outcomes],
+            "outcomes": [o.to_dict() for o in self.outcomes],
         }
 
     @classmethod
@@ -126,19 +131,22 @@ class Sweep:
         if not isinstance(outcomes, list) or not all(isinstance(o, Mapping) and "entry" in o and "verdict" in o
                                                      for o in outcomes):
             raise DataError(f"{source}: 'outcomes' must be a list of outcomes, each with 'entry' and 'verdict'")
-        return cls(target=data.get("target") or {}, outcomes=outcomes, started_at=str(data.get("started_at", "")),
+        try:
+            typed = [SweepOutcome.from_dict(o) for o in outcomes]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{source}: an outcome cannot be read ({type(exc).__name__}: {exc})") from None
+        return cls(target=data.get("target") or {}, outcomes=typed, started_at=str(data.get("started_at", "")),
                    wall_s=float(data.get("wall_s") or 0.0), shard=data.get("shard"),
                    kvdiag_version=str(data.get("kvdiag_version", "?")),
-                   selection=list(data.get("selection") or [o["entry"] for o in outcomes]),
+                   selection=list(data.get("selection") or [o.entry_id for o in typed]),
                    interrupted=bool(data.get("interrupted", False)))
 
 
-def sweep_outcome(outcome_dict: Mapping[str, Any], *, title: str, run_dir: str | None,
-                  files: Iterable[str] = (), device: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """One sweep outcome: `Outcome.to_dict()` plus what the formatters need about the entry,
+def sweep_outcome(outcome: Outcome, *, title: str, run_dir: str | None,
+                  files: Iterable[str] = (), device: Mapping[str, Any] | None = None) -> SweepOutcome:
+    """One sweep outcome: the entry's `Outcome` plus what the formatters need about the entry,
     and the GPU whose worker produced it (None for CPU-only entries)."""
-    return {**outcome_dict, "title": title, "run_dir": run_dir, "files": list(files),
-            "device": dict(device) if device else None}
+    return SweepOutcome.of(outcome, title=title, run_dir=run_dir, files=files, device=device)
 
 
 def with_sources(sweep: Sweep) -> Sweep:
@@ -149,8 +157,8 @@ def with_sources(sweep: Sweep) -> Sweep:
     source_dir = (sweep.target.get("build") or {}).get("source_dir")
     outcomes = []
     for o in sweep.outcomes:
-        sources = None if o.get("sources") else record_sources(o.get("files") or (), source_dir)
-        outcomes.append({**o, "sources": sources} if sources is not None else o)
+        sources = None if o.sources else record_sources(o.files, source_dir)
+        outcomes.append(replace(o, sources=tuple(sources)) if sources is not None else o)
     return replace(sweep, outcomes=outcomes)
 
 
@@ -339,7 +347,7 @@ def merge_sweeps(sweeps: Sequence[Sweep]) -> Sweep:
     absent = sorted(set(first.selection) - set(seen), key=entry_sort_key)
     if absent:
         raise UsageError(f"incomplete: no shard has an outcome for {', '.join(absent)}")
-    outcomes = sorted((o for s in sweeps for o in s.outcomes), key=lambda o: entry_sort_key(o["entry"]))
+    outcomes = sorted((o for s in sweeps for o in s.outcomes), key=lambda o: entry_sort_key(o.entry_id))
     starts = [(s, _parse_time(s.started_at)) for s in sweeps]
     if all(t is not None for _, t in starts):
         begin = min(t for _, t in starts)

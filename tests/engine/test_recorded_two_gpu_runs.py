@@ -41,12 +41,12 @@ def test_each_gpu_entry_names_the_gpu_its_worker_was_pinned_to(entries):
     for sweep, allowed in ((one, {0}), (two, {0, 1})):
         used = set()
         for outcome in sweep.outcomes:
-            device = outcome.get("device")
-            if needs_gpu(entries[outcome["entry"]]):
+            device = outcome.device
+            if needs_gpu(entries[outcome.entry_id]):
                 assert device and device["index"] in allowed and device["uuid"].startswith("GPU-")
                 used.add(device["index"])
-                for attempt in outcome["attempts"]:      # the processes ran where the outcome says
-                    assert attempt["device"]["uuid"] == device["uuid"]
+                for attempt in outcome.attempts:      # the processes ran where the outcome says
+                    assert attempt.device["uuid"] == device["uuid"]
             else:
                 assert device is None
         assert used == allowed
@@ -54,7 +54,7 @@ def test_each_gpu_entry_names_the_gpu_its_worker_was_pinned_to(entries):
 
 def test_two_gpus_give_the_verdicts_of_one_and_the_table_names_the_gpu():
     one, two = load_sweep(DEVICE / "sweep-gpu0.json"), load_sweep(DEVICE / "sweep-gpu01.json")
-    assert [(o["entry"], o["verdict"]) for o in one.outcomes] == [(o["entry"], o["verdict"]) for o in two.outcomes]
+    assert [(o.entry_id, o.verdict) for o in one.outcomes] == [(o.entry_id, o.verdict) for o in two.outcomes]
     assert {e.change for e in compare_sweeps(one, two).entries} == {"unchanged"}
     assert one.wall_s / two.wall_s > 1.7                    # 8.7 s against 5.0 s
     table = TableFormat().format(two).splitlines()

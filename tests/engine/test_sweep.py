@@ -213,7 +213,7 @@ def test_run_sweep_saves_records_and_exits_like_run(fake_engine: Recorder, home:
     assert result.path == result.run_dir.path / SWEEP_FILE and load_sweep(result.path) == sweep == load_sweep(save)
     assert result.run_dir.read()["status"] == "finished" and result.run_dir.read()["entry"] == "sweep"
     d2 = sweep.outcome("D2")
-    assert d2["title"] == "defect D2" and Path(d2["run_dir"]).is_dir() and d2["files"] == ["src/x.cu"]
+    assert d2.title == "defect D2" and Path(d2.run_dir).is_dir() and d2.files == ("src/x.cu",)
     assert sweep.target["build"]["git"]["commit"] == "abc123" and sweep.shard is None
     assert sweep.kvdiag_version and sweep.started_at.endswith("+00:00") and sweep.wall_s >= 0
     assert [r.verdict for r in history("D2")] == ["confirmed"]
@@ -279,7 +279,7 @@ def test_merge_of_shards_equals_the_unsharded_sweep(fake_engine: Recorder, home:
     assert result.return_value == 1
     merged, reference = load_sweep(merged_path), load_sweep(whole)
     assert merged.ids == reference.ids == ["D1", "D2", "D3", "D5", "D10", "D11", "D12", "D13"]
-    assert [o["verdict"] for o in merged.outcomes] == [o["verdict"] for o in reference.outcomes]
+    assert [o.verdict for o in merged.outcomes] == [o.verdict for o in reference.outcomes]
     assert merged.shard is None and json.loads(result.stdout)["outcomes"][1]["entry"] == "D2"
     with pytest.raises(UsageError, match="missing"):
         invoke(merge_cmd, [*parts[:2], "-o", str(tmp_path / "x.json")])
@@ -337,15 +337,15 @@ def test_sweep_outcomes_name_their_gpu_and_the_table_shows_it(home: Path, monkey
     run = execute_entries(entries, FakeTarget(), RunStore(home), allow, devices=[FakeDevice(0), FakeDevice(1)])
     target = {"environment": {"gpu": {"devices": [{"index": 0, "name": "NVIDIA H200"}, {"index": 1, "name": "NVIDIA H200"}]}}}
     sweep = build_sweep(run, target, started_at="2026-11-29T00:00:00Z", wall_s=1.0, shard=None, selection=entries)
-    by_id = {o["entry"]: o for o in sweep.outcomes}
+    by_id = {o.entry_id: o for o in sweep.outcomes}
     gpu_entry = next(e.id for e in entries if needs_gpu(e))
     cpu_entry = next(e.id for e in entries if not needs_gpu(e))
-    assert by_id[gpu_entry]["device"]["uuid"] in {"GPU-0", "GPU-1"} and by_id[cpu_entry]["device"] is None
+    assert by_id[gpu_entry].device["uuid"] in {"GPU-0", "GPU-1"} and by_id[cpu_entry].device is None
     table = TableFormat().format(sweep)
     header = next(line for line in table.splitlines() if line.startswith("id"))
     assert header.split()[-1] == "GPU"
     row = next(line for line in table.splitlines() if line.startswith(gpu_entry + " "))
-    assert row.split()[-1] == by_id[gpu_entry]["device"]["uuid"][-1]
+    assert row.split()[-1] == by_id[gpu_entry].device["uuid"][-1]
 
 
 # --------------------------------------------------------------------------- printed = rendered
@@ -385,6 +385,6 @@ def test_sweep_format_sarif_prints_the_source_paths_the_saved_sweep_records(home
     printed = json.loads(result.stdout)
     uris = [r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in printed["runs"][0]["results"]]
     assert uris == ["ggml/src/ggml-cuda/fattn-mma-f16.cuh"]
-    assert load_sweep(saved).outcome("D2")["sources"] == uris
+    assert list(load_sweep(saved).outcome("D2").sources) == uris
     rendered = invoke(render_cmd, [str(saved), "--format", "sarif"])
     assert json.loads(rendered.stdout) == printed

@@ -122,17 +122,17 @@ def test_a_build_that_never_ends_is_inconclusive_with_its_partial_log_and_the_sw
     started = time.monotonic()
     result = run_sweep([hang, quick], tmp_path, step_budget=2, save=save, record=False)
     assert time.monotonic() - started < 30
-    by_id = {o["entry"]: o for o in result.sweep.outcomes}
+    by_id = {o.entry_id: o for o in result.sweep.outcomes}
     stuck = by_id["D901"]
-    assert stuck["verdict"] == "inconclusive"
-    assert "exceeded its 2 s budget" in stuck["reason"]
-    assert "partial log kept: logs/build-1.combined.log" in stuck["reason"]
-    log = (Path(stuck["run_dir"]) / "logs" / "build-1.combined.log").read_text()
+    assert stuck.verdict.value == "inconclusive"
+    assert "exceeded its 2 s budget" in stuck.reason
+    assert "partial log kept: logs/build-1.combined.log" in stuck.reason
+    log = (Path(stuck.run_dir) / "logs" / "build-1.combined.log").read_text()
     assert "[3/120] Building CUDA object" in log
     assert "TERM=dumb" in log               # a build step's ninja prints lines, not a rewritten status
-    assert by_id["D902"]["verdict"] == "confirmed"
+    assert by_id["D902"].verdict.value == "confirmed"
     assert not result.sweep.interrupted
-    assert [o["entry"] for o in load_sweep(save).outcomes] == ["D901", "D902"]
+    assert [o.entry_id for o in load_sweep(save).outcomes] == ["D901", "D902"]
     # the stand-in and its compiler child are gone
     assert len(pids_of(pids)) == 2
     assert wait_until(lambda: all(pid_gone(p) for p in pids_of(pids)), 10)
@@ -143,10 +143,10 @@ def test_skip_builds_skips_the_steps_that_compile_and_says_so(kv, in_process, tm
     hang = kv.entry("D901", forever_body(fake_ninja(tmp_path / "bin"), pids))
     quick = kv.entry("D902", quick_body())
     result = run_sweep([hang, quick], tmp_path, skip_builds=True, record=False)
-    by_id = {o["entry"]: o for o in result.sweep.outcomes}
-    assert by_id["D901"]["verdict"] == "skipped"
-    assert "build checks skipped (--skip-builds)" in by_id["D901"]["reason"]
-    assert by_id["D902"]["verdict"] == "confirmed"
+    by_id = {o.entry_id: o for o in result.sweep.outcomes}
+    assert by_id["D901"].verdict.value == "skipped"
+    assert "build checks skipped (--skip-builds)" in by_id["D901"].reason
+    assert by_id["D902"].verdict.value == "confirmed"
     assert not pids.exists()                     # nothing was started
     assert result.run_dir.read()["skip_builds"] is True
 

@@ -145,7 +145,7 @@ def make_sweep(outcomes: list[Outcome] | None = None, *, shard: str | None = Non
                interrupted: bool = False) -> Sweep:
     outcomes = all_outcomes() if outcomes is None else outcomes
     files = {"D2": ["src/ggml-cuda/fattn-mma-f16.cuh"], "D3": ["src/ggml-cuda/fattn.cu"]}
-    data = [sweep_outcome(o.to_dict(), title=TITLES.get(o.entry_id, o.entry_id),
+    data = [sweep_outcome(o, title=TITLES.get(o.entry_id, o.entry_id),
                           run_dir=f"/home/user/.kvdiag/runs/20261129-100000-{o.entry_id}-ab12",
                           files=files.get(o.entry_id, ())) for o in outcomes]
     return Sweep(target=target if target is not None else make_target(), outcomes=data, started_at=started_at,

@@ -142,7 +142,7 @@ def test_a_sweep_saved_against_its_tree_records_the_paths_that_exist_there(tmp_p
     target["build"]["source_dir"] = str(tree)
     saved = load_sweep(save_sweep(Sweep(**{**sweep.__dict__, "target": target}), tmp_path / "sweep.json"))
     d2 = saved.outcome("D2")
-    assert d2["sources"] == [D2_LLAMA]
+    assert d2.sources == (D2_LLAMA,)
     _kvdiag_validator(SWEEP_SCHEMA).validate(json.loads((tmp_path / "sweep.json").read_text()))
     doc = json.loads(render(saved, SweepFormat.SARIF))
     assert doc["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == D2_LLAMA

@@ -9,6 +9,7 @@ import pytest
 
 from report_fixtures import make_sweep, simple
 from kvdiag.engine.verdict import Verdict
+from kvdiag.records.sweep import SweepOutcome
 from kvdiag.report.formats import SweepFormat, SweepFormatter, entry_view, format_seconds, key_evidence
 from kvdiag.store.sweeps import Sweep
 
@@ -60,11 +61,11 @@ def test_json_format_is_the_saved_sweep(sweep: Sweep) -> None:
 
 def test_key_evidence_prefers_count_and_site_then_failure_then_reason() -> None:
     sweep = make_sweep()
-    by_id = {o["entry"]: o for o in sweep.outcomes}
+    by_id = {o.entry_id: o for o in sweep.outcomes}
     assert key_evidence(by_id["D2"]) == "2048 error(s) at fattn-mma-f16.cuh:1538"
     assert key_evidence(by_id["D3"]) == "ggml-abort: fattn.cu:380: fatal error"
     assert key_evidence(by_id["D7"]).startswith("llama-server is not in the build")
-    long = simple("D9", Verdict.INCONCLUSIVE, "x" * 300).to_dict()
+    long = simple("D9", Verdict.INCONCLUSIVE, "x" * 300)
     assert len(key_evidence(long, width=40)) == 40 and key_evidence(long, width=40).endswith("…")
 
 
@@ -72,7 +73,7 @@ def test_entry_view_strips_ansi_from_log_lines_and_uses_the_confirmed_attempt() 
     from kvdiag.engine.verdict import Evidence
 
     o = simple("D4", Verdict.CONFIRMED, "matched", evidence=Evidence(quoted=("\x1b[31m========= boom\x1b[0m",)))
-    view = entry_view({**o.to_dict(), "title": "t", "run_dir": None})
+    view = entry_view(SweepOutcome.of(o, title="t"))
     assert view.quoted == ("========= boom",)
     flaky = make_sweep().outcome("D3")
     assert entry_view(flaky).quoted == ("fattn.cu:380: fatal error",)

@@ -47,7 +47,7 @@ def test_evidence_in_full_only_for_confirmed_inconclusive_error_or_warned(sweep:
            "(bool)0, (bool)0, (bool)1>`" in d2
     assert "```\n========= Barrier error detected. Divergent thread(s) in block.\n" in d2
     assert "```sh\n/usr/local/cuda/bin/compute-sanitizer --tool synccheck" in d2
-    brief = next(o["entry"] for o in sweep.outcomes if o["verdict"] in ("not-applicable", "not-reproduced"))
+    brief = next(o.entry_id for o in sweep.outcomes if o.verdict.value in ("not-applicable", "not-reproduced"))
     assert "```" not in text.split(f"### {brief}\n", 1)[1].split("###", 1)[0]
     warned = render(make_sweep([simple("D13", Verdict.NOT_REPRODUCED, "ok", warnings=("the build is stale",))]))
     assert "### D13" in warned and "> warning: the build is stale" in warned

@@ -37,7 +37,7 @@ def sweep_of(ids, *, shard: str | None = None, selection=None, target=None, star
     selection = list(selection if selection is not None else ids)
     planned = shard_ids(selection, shard) if ids is None else ids
     return Sweep(target=copy.deepcopy(target or TARGET),
-                 outcomes=[sweep_outcome(outcome(i).to_dict(), title=f"title {i}",
+                 outcomes=[sweep_outcome(outcome(i), title=f"title {i}",
                                          run_dir=f"/home/user/.kvdiag/runs/20261129-100000-{i}-ab12")
                            for i in planned],
                  started_at=started_at, wall_s=wall_s, shard=shard, kvdiag_version="0.1.0", selection=selection,

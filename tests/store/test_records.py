@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvdiag.records.run import RUN_SCHEMA_VERSION, RunRecord
+from kvdiag.records.sweep import SweepOutcome
 from kvdiag.records.verdict import Outcome, Verdict
 from kvdiag.store.runs import RUN_FILE, RunDir
 from kvdiag.store.sweeps import SWEEP_FORMAT, Sweep, load_sweep, save_sweep
@@ -84,3 +85,30 @@ def test_a_recorded_0_1_sweep_reads_as_version_1(name):
     written = load_sweep(DEVICE / name).to_dict()
     assert written.pop("format") == SWEEP_FORMAT          # written again, it is the current version
     assert _without_added_nulls(written, data) == {k: v for k, v in data.items() if k != "format"}
+
+
+@pytest.mark.parametrize("name", OLD_SWEEPS)
+def test_a_recorded_0_1_sweep_holds_typed_outcomes_that_round_trip(name, tmp_path):
+    sweep = load_sweep(DEVICE / name)
+    assert all(isinstance(o, SweepOutcome) and isinstance(o.verdict, Verdict) for o in sweep.outcomes)
+    assert all(o.sources is None and o.device is None for o in sweep.outcomes)    # /1 had neither
+    assert Sweep.from_dict(sweep.to_dict()) == sweep
+    assert load_sweep(save_sweep(sweep, tmp_path / "again.json")) == sweep
+
+
+def test_a_sweep_outcome_keeps_its_sources_and_device():
+    base = outcome("D2")
+    typed = SweepOutcome.of(base, title="t", run_dir="/r", files=["src/ggml-cuda/fattn.cu"],
+                            device={"index": 1, "name": "NVIDIA H200", "uuid": "GPU-1"},
+                            sources=["ggml/src/ggml-cuda/fattn.cu"])
+    data = typed.to_dict()
+    assert data["sources"] == ["ggml/src/ggml-cuda/fattn.cu"] and data["device"]["uuid"] == "GPU-1"
+    assert {k: v for k, v in data.items() if k in base.to_dict()} == base.to_dict()   # the outcome's keys as they were
+    assert SweepOutcome.from_dict(json.loads(json.dumps(data))) == typed
+    assert "sources" not in SweepOutcome.of(base).to_dict()         # unknown sources are left out, never null
+
+
+def test_a_sweep_built_from_saved_outcomes_holds_typed_ones():
+    sweep = Sweep({}, [{"entry": "D2", "verdict": "confirmed"}], "", 0.0, None, "0")
+    assert sweep.outcome("D2") == SweepOutcome.of(Outcome("D2", Verdict.CONFIRMED, ""))
+    assert sweep.counts()["confirmed"] == 1

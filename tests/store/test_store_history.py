@@ -37,7 +37,7 @@ def test_schema_has_runs_and_sweeps_tables(home: Path) -> None:
 def test_record_outcome_and_read_it_back(home: Path) -> None:
     record_outcome(outcome("D2"), TARGET, run_dir="/x/runs/20261129-100000-D2-ab12",
                    date="2026-11-29T10:00:00+00:00", home=home)
-    record_outcome(outcome("D2", Verdict.NOT_REPRODUCED).to_dict(), {}, run_dir=None,
+    record_outcome(outcome("D2", Verdict.NOT_REPRODUCED), {}, run_dir=None,
                    date="2026-11-30T10:00:00+00:00", home=home)
     rows = history("d2", home=home)
     assert [r.verdict for r in rows] == ["confirmed", "not-reproduced"]

@@ -77,7 +77,7 @@ def test_merge_of_shards_equals_the_unsharded_sweep() -> None:
         parts = shards(n)
         merged = merge_sweeps(list(reversed(parts)))
         assert merged.ids == whole.ids == IDS
-        assert [o["verdict"] for o in merged.outcomes] == [o["verdict"] for o in whole.outcomes]
+        assert [o.verdict for o in merged.outcomes] == [o.verdict for o in whole.outcomes]
         assert merged.outcomes == whole.outcomes
         assert merged.shard is None and merged.selection == IDS and not merged.interrupted
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
+from kvdiag.records.sweep import SweepOutcome
+from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict
 from kvdiag.store.sweeps import Sweep
 from kvdiag.text import clip
 
@@ -85,48 +87,46 @@ def strip_ansi(text: str) -> str:
 printable = strip_ansi
 
 
-def primary_attempt(outcome: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def primary_attempt(outcome: Outcome) -> Attempt | None:
     """The attempt that speaks for the outcome: the first confirmed one, else the first."""
-    attempts = list(outcome.get("attempts") or ())
-    return next((a for a in attempts if a.get("verdict") == "confirmed"), attempts[0] if attempts else None)
+    return next((a for a in outcome.attempts if a.verdict is Verdict.CONFIRMED),
+                outcome.attempts[0] if outcome.attempts else None)
 
 
-def _evidence(outcome: Mapping[str, Any]) -> Mapping[str, Any]:
+def _evidence(outcome: Outcome) -> Evidence:
     attempt = primary_attempt(outcome)
-    return (attempt or {}).get("evidence") or {}
+    return attempt.evidence if attempt else Evidence()
 
 
-def error_count(outcome: Mapping[str, Any]) -> int | None:
-    count = _evidence(outcome).get("error_count")
+def error_count(outcome: Outcome) -> int | None:
+    count = _evidence(outcome).error_count
     return int(count) if count is not None else None
 
 
-def key_evidence(outcome: Mapping[str, Any], width: int = 90) -> str:
+def key_evidence(outcome: Outcome, width: int = 90) -> str:
     """One line: the sanitizer's count and first site when there is one, else what failed, else the reason."""
     ev = _evidence(outcome)
-    sites = list(ev.get("sites") or ())
-    count = ev.get("error_count")
-    verdict = outcome.get("verdict")
-    if verdict in ("confirmed", "inconclusive") and (sites or count):
+    sites = list(ev.sites)
+    count = ev.error_count
+    verdict = outcome.verdict
+    if verdict in (Verdict.CONFIRMED, Verdict.INCONCLUSIVE) and (sites or count):
         text = f"{count if count is not None else '?'} error(s)"
         if sites:
             text += f" at {sites[0].get('site') or '?'}"
             if len(sites) > 1:
                 text += f" (+{len(sites) - 1} site{'s' if len(sites) > 2 else ''})"
         return clip(text, width)
-    if verdict == "confirmed":
-        aborts = list(ev.get("aborts") or ())
-        if aborts:
-            return clip(f"{aborts[0].get('kind', 'abort')}: {aborts[0].get('message', '')}", width)
-        failing = [c for c in ev.get("case_metrics") or () if c.get("status") == "FAIL"]
+    if verdict is Verdict.CONFIRMED:
+        if ev.aborts:
+            return clip(f"{ev.aborts[0].get('kind', 'abort')}: {ev.aborts[0].get('message', '')}", width)
+        failing = [c for c in ev.case_metrics if c.get("status") == "FAIL"]
         if failing:
             metrics = failing[0].get("metrics") or []
             first = f" {metrics[0]['name']} = {metrics[0]['value']} > {metrics[0]['threshold']}" if metrics else ""
             return clip(f"{len(failing)} failing case(s):{first}", width)
-        quoted = list(ev.get("quoted") or ())
-        if quoted:
-            return clip(strip_ansi(quoted[0]), width)
-    return clip(strip_ansi(str(outcome.get("reason", ""))), width)
+        if ev.quoted:
+            return clip(strip_ansi(ev.quoted[0]), width)
+    return clip(strip_ansi(str(outcome.reason)), width)
 
 
 @dataclass(frozen=True)
@@ -170,11 +170,11 @@ class EntryView:
                     or self.exit or self.running_case or len(self.attempts) > 1)
 
 
-def first_command(outcome: Mapping[str, Any]) -> str | None:
+def first_command(outcome: Outcome) -> str | None:
     import shlex
 
-    for attempt in outcome.get("attempts") or ():
-        for command in attempt.get("commands") or ():
+    for attempt in outcome.attempts:
+        for command in attempt.commands:
             argv = command.get("argv")
             if argv:
                 return shlex.join(str(a) for a in argv)
@@ -185,29 +185,25 @@ def _optional(value: Any) -> str | None:
     return None if value is None else printable(value)
 
 
-def entry_view(outcome: Mapping[str, Any]) -> EntryView:
+def entry_view(outcome: SweepOutcome) -> EntryView:
     ev = _evidence(outcome)
-    attempts = list(outcome.get("attempts") or ())
-    n = outcome.get("n", len(attempts))
-    k = outcome.get("k", sum(1 for a in attempts if a.get("verdict") == "confirmed"))
     sites = tuple(SiteView(site=printable(s.get("site") or "?"), kind=printable(s.get("kind") or ""),
                            kernel=printable(s.get("kernel") or ""), file=s.get("file"), line=s.get("line"),
                            count=s.get("count"), blocks=s.get("blocks"))
-                  for s in ev.get("sites") or ())
+                  for s in ev.sites)
     return EntryView(
-        id=printable(outcome["entry"]), title=printable(outcome.get("title") or ""),
-        verdict=printable(outcome["verdict"]),
-        k_of_n=f"{k}/{n}" if n else "-", reason=strip_ansi(str(outcome.get("reason") or "")),
-        key_evidence=key_evidence(outcome), duration_s=float(outcome.get("duration_s") or 0.0),
-        error_count=error_count(outcome), quoted=tuple(strip_ansi(str(q)) for q in ev.get("quoted") or ()),
-        sites=sites, instantiations=tuple(printable(i) for i in ev.get("instantiations") or ()),
-        exit=_optional(ev.get("exit")), running_case=_optional(ev.get("running_case")),
-        warnings=tuple(printable(w) for w in outcome.get("warnings") or ()),
-        command=_optional(first_command(outcome)), run_dir=_optional(outcome.get("run_dir")),
-        step=_optional(outcome.get("step")),
-        attempts=tuple((int(a.get("index", i + 1)), str(a.get("verdict")), strip_ansi(str(a.get("reason", ""))))
-                       for i, a in enumerate(attempts)),
-        device=device_label(outcome.get("device")),
+        id=printable(outcome.entry_id), title=printable(outcome.title),
+        verdict=printable(outcome.verdict.value),
+        k_of_n=outcome.k_of_n, reason=strip_ansi(str(outcome.reason or "")),
+        key_evidence=key_evidence(outcome), duration_s=float(outcome.duration_s),
+        error_count=error_count(outcome), quoted=tuple(strip_ansi(str(q)) for q in ev.quoted),
+        sites=sites, instantiations=tuple(printable(i) for i in ev.instantiations),
+        exit=_optional(ev.exit), running_case=_optional(ev.running_case),
+        warnings=tuple(printable(w) for w in outcome.warnings),
+        command=_optional(first_command(outcome)), run_dir=_optional(outcome.run_dir),
+        step=_optional(outcome.step),
+        attempts=tuple((a.index, a.verdict.value, strip_ansi(str(a.reason))) for a in outcome.attempts),
+        device=device_label(outcome.device),
     )
 
 

@@ -32,6 +32,8 @@ import posixpath
 from urllib.parse import quote
 from typing import Any, Mapping
 
+from kvdiag.records.sweep import SweepOutcome
+from kvdiag.records.verdict import Verdict
 from kvdiag.report.formats import SweepFormatter, clip, entry_view, strip_ansi
 from kvdiag.store.source_paths import source_paths
 from kvdiag.store.sweeps import Sweep, target_summary
@@ -84,28 +86,29 @@ def _utc(stamp: str) -> str | None:
     return stamp[:-6] + "Z" if stamp.endswith("+00:00") else stamp
 
 
-def _site_results(outcome: Mapping[str, Any], rule_index: int, known: list[str]) -> list[dict[str, Any]]:
+def _site_results(outcome: SweepOutcome, rule_index: int, known: list[str]) -> list[dict[str, Any]]:
     seen: dict[tuple, dict[str, Any]] = {}
-    for attempt in outcome.get("attempts") or ():
-        if attempt.get("verdict") != "confirmed":
+    for attempt in outcome.attempts:
+        if attempt.verdict is not Verdict.CONFIRMED:
             continue
-        evidence = attempt.get("evidence") or {}
-        quoted = [strip_ansi(str(q)) for q in evidence.get("quoted") or ()]
-        for site in evidence.get("sites") or ():
+        evidence = attempt.evidence
+        errors = evidence.error_count
+        quoted = [strip_ansi(str(q)) for q in evidence.quoted]
+        for site in evidence.sites:
             key = (site.get("file"), site.get("line"), site.get("kind"), site.get("kernel"))
             if key in seen:
                 continue
             kind = site.get("kind") or "finding"
             finding = next((q.lstrip("= ").strip() for q in quoted if q.strip(" =")), None)
-            text = (f"{outcome['entry']}: {evidence.get('error_count', '?')} sanitizer error(s); "
+            text = (f"{outcome.entry_id}: {'?' if errors is None else errors} sanitizer error(s); "
                     f"{kind} at {site.get('site') or '?'} in {site.get('kernel') or '?'}")
             if finding:
                 text += f": \"{clip(finding, 200)}\""
             result: dict[str, Any] = {
-                "ruleId": outcome["entry"], "ruleIndex": rule_index, "level": "error", "message": {"text": text},
-                "properties": {"verdict": "confirmed", "kind": kind, "errorCount": evidence.get("error_count"),
+                "ruleId": outcome.entry_id, "ruleIndex": rule_index, "level": "error", "message": {"text": text},
+                "properties": {"verdict": "confirmed", "kind": kind, "errorCount": errors,
                                "printedFindings": site.get("count"), "blocks": site.get("blocks"),
-                               "kernel": site.get("kernel"), "k": outcome.get("k"), "n": outcome.get("n")},
+                               "kernel": site.get("kernel"), "k": outcome.k, "n": outcome.n},
             }
             artifact = _artifact(str(site["file"]), known) if site.get("file") else None
             if artifact is not None:
@@ -125,12 +128,12 @@ def _site_results(outcome: Mapping[str, Any], rule_index: int, known: list[str])
             where = (f"{artifact['uri']}:{site.get('line') or ''}" if artifact
                      else posixpath.basename(str(site.get("site") or site.get("file") or "")))
             result["partialFingerprints"] = {FINGERPRINT_KEY: fingerprint(
-                str(outcome["entry"]), f"{where}|{kind}", _instantiation(site))}
+                outcome.entry_id, f"{where}|{kind}", _instantiation(site))}
             seen[key] = result
     return list(seen.values())
 
 
-def _entry_result(outcome: Mapping[str, Any], rule_index: int, known: list[str]) -> dict[str, Any]:
+def _entry_result(outcome: SweepOutcome, rule_index: int, known: list[str]) -> dict[str, Any]:
     view = entry_view(outcome)
     text = f"{view.id} confirmed ({view.k_of_n} runs): {view.reason}"
     if view.quoted:
@@ -139,7 +142,7 @@ def _entry_result(outcome: Mapping[str, Any], rule_index: int, known: list[str])
     result: dict[str, Any] = {
         "ruleId": view.id, "ruleIndex": rule_index, "level": "error", "message": {"text": text},
         "partialFingerprints": {FINGERPRINT_KEY: fingerprint(view.id, known[0] if known else "", instantiation)},
-        "properties": {"verdict": "confirmed", "k": outcome.get("k"), "n": outcome.get("n")}}
+        "properties": {"verdict": "confirmed", "k": outcome.k, "n": outcome.n}}
     result["locations"] = _entry_location(known, build_file=True)
     return result
 
@@ -151,16 +154,16 @@ class SarifFormat(SweepFormatter):
         t = target_summary(sweep.target)
         rules, results = [], []
         for index, outcome in enumerate(sweep.outcomes):
-            rules.append({"id": outcome["entry"], "name": outcome["entry"],
-                          "shortDescription": {"text": str(outcome.get("title") or outcome["entry"])},
+            rules.append({"id": outcome.entry_id, "name": outcome.entry_id,
+                          "shortDescription": {"text": outcome.title or outcome.entry_id},
                           "defaultConfiguration": {"level": "error"}})
-            if outcome["verdict"] != "confirmed":
+            if outcome.verdict is not Verdict.CONFIRMED:
                 continue
             known = source_paths(outcome, sweep.target)
             found = _site_results(outcome, index, known)
             results += found or [_entry_result(outcome, index, known)]
         invocation: dict[str, Any] = {
-            "executionSuccessful": not sweep.interrupted and not any(o["verdict"] == "error" for o in sweep.outcomes)}
+            "executionSuccessful": not sweep.interrupted and not any(o.verdict is Verdict.ERROR for o in sweep.outcomes)}
         if _utc(sweep.started_at):
             invocation["startTimeUtc"] = _utc(sweep.started_at)
         run = {
@@ -171,7 +174,7 @@ class SarifFormat(SweepFormatter):
             "invocations": [invocation],
             "results": results,
             "properties": {
-                "verdicts": {o["entry"]: o["verdict"] for o in sweep.outcomes},
+                "verdicts": {o.entry_id: o.verdict.value for o in sweep.outcomes},
                 "counts": sweep.counts(), "shard": sweep.shard,
                 "build": {"commit": t.commit, "dirty": t.dirty, "cudaArchitectures": t.cuda_architectures,
                           "cudaFlags": t.cuda_flags, "lineinfo": t.lineinfo},
