@@ -11,5 +11,4 @@ from kvdiag.report.templating import render
 
 
 def render_outcome(outcome: Outcome, entry: Entry, run_dir: Path) -> str:
-    data = outcome.to_dict()
-    return render("verdict.txt.j2", o=outcome, title=entry.title, run_dir=run_dir, command=first_command(data))
+    return render("verdict.txt.j2", o=outcome, title=entry.title, run_dir=run_dir, command=first_command(outcome))
