@@ -16,6 +16,7 @@ import click
 from kvdiag.commands.progress import TerminalProgress, progress_display
 from kvdiag.engine.scan_session import ScanNotRun
 from kvdiag.engine.verdict import Outcome
+from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
 
 __all__ = ["ScanNotRun", "doctor_and_show", "drift_and_show", "run_and_show", "scan_and_show"]
@@ -100,7 +101,7 @@ def doctor_and_show(build_dir: Path | None, *, refresh: bool, fmt: str, sanitize
     with progress_display(fmt != "text") as progress:
         report = run_doctor(home=home, sanitizer=sanitizer, build_dir=build_dir, refresh=refresh,
                             log_dir=run_dir.logs, progress=progress)
-    run_dir.write("run.json", {"entry": "doctor", "status": "finished", "doctor": report.to_dict()})
+    run_dir.write_record(RunRecord(entry="doctor", status="finished", fields={"doctor": report.to_dict()}))
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:

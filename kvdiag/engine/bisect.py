@@ -40,6 +40,7 @@ from kvdiag.exitcodes import ExitCode
 from kvdiag.probes.worktree import Git, porcelain_status, repo_toplevel, resolve_commit, scratch_worktree
 from kvdiag.proc.runner import CommandInterrupted
 from kvdiag.progress import Progress
+from kvdiag.records.run import RunRecord, target_record
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunDir, RunStore, write_json_atomic
 
@@ -121,7 +122,7 @@ def bisect_step(entry: Entry, *, source: Path, build_dir: Path, recipe: BuildRec
         else:
             setup = store.create("target")
             target = prepare_target(Path(build_dir), log_dir=setup.logs, sanitizer=sanitizer, check_staleness=False)
-            setup.write("run.json", {"entry": "target", "status": "finished", "target": target.to_dict()})
+            setup.write_record(target_record(target.to_dict()))
             run_dir = store.create(entry.id)
             try:
                 outcome = run_entry(entry, target, run_dir, options=RunOptions(step=step, progress=progress),
@@ -140,8 +141,8 @@ def bisect_step(entry: Entry, *, source: Path, build_dir: Path, recipe: BuildRec
         if record is not None:
             append_step(record, outcome_record)
         if step_dir is not None:
-            step_dir.write("run.json", {"entry": f"{entry.id}-bisect-step", "kind": "bisect-step",
-                                        "status": "finished", "step": outcome_record.to_dict()})
+            step_dir.write_record(RunRecord(entry=f"{entry.id}-bisect-step", status="finished", kind="bisect-step",
+                                            fields={"step": outcome_record.to_dict()}))
     except OSError:
         pass
     return outcome_record.exit
@@ -236,9 +237,9 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
     store = RunStore(home)
     run_dir = store.create(f"{entry.id}-bisect")
     logs = run_dir.logs
-    header = {"entry": f"{entry.id}-bisect", "kind": "bisect", "good": request.good, "bad": request.bad,
-              "source": str(request.source)}
-    run_dir.write("run.json", {**header, "status": "running"})
+    running = RunRecord(entry=f"{entry.id}-bisect", status="running", kind="bisect",
+                        fields={"good": request.good, "bad": request.bad, "source": str(request.source)})
+    run_dir.write_record(running)
     source = repo_toplevel(request.source, logs)
     good = resolve_commit(source, request.good, logs)
     bad = resolve_commit(source, request.bad, logs)
@@ -255,7 +256,7 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
             first_bad, parent, candidates, message = _interpret(output, wt.git, record, good)
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        run_dir.write("run.json", {**header, "status": status, "error": f"{type(exc).__name__}: {exc}"})
+        run_dir.write_record(running.with_status(status, error=f"{type(exc).__name__}: {exc}"))
         raise
     finally:
         if not request.keep:
@@ -264,7 +265,7 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
     write_atomic(run_dir.path / "bisect-log.txt", bisect_log)
     report = BisectReport(entry.id, good, bad, first_bad, parent, candidates, tuple(read_steps(record)), message,
                           run_dir.path, bisect_log, status_before == status_after)
-    run_dir.write("run.json", {**header, "status": "finished", "bisect": report.to_dict()})
+    run_dir.write_record(running.with_status("finished", bisect=report.to_dict()))
     return report
 
 

@@ -10,6 +10,7 @@ from kvdiag.engine.drift import DriftResult, judge_drift, run_drift
 from kvdiag.errors import ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.progress import Progress
+from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore
 from kvdiag.target.build import inspect_build, probe_backend_ops
@@ -34,11 +35,11 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
         raise UsageError(f"build folder does not exist: {build_dir}")
     progress = progress or Progress()
     run_dir = RunStore(kvdiag_home()).create(f"drift-{entry.id if entry else op}")
-    run_dir.write("run.json", {"entry": entry.id if entry else None, "kind": "drift", "status": "running"})
+    running = RunRecord(entry=entry.id if entry else None, status="running", kind="drift")
+    run_dir.write_record(running)
     if not fingerprint_gpu(log_dir=run_dir.logs).available:      # drift repeats GPU cases: nothing to measure
         reason = "no CUDA GPU is visible on this machine: drift measures GPU results"
-        run_dir.write("run.json", {"entry": entry.id if entry else None, "kind": "drift", "status": "finished",
-                                   "verdict": "skipped", "reason": reason})
+        run_dir.write_record(running.with_status("finished", verdict="skipped", reason=reason))
         raise ScanNotRun("skipped", f"{reason}\nrun: {run_dir.path}")
     build = inspect_build(build_dir, log_dir=run_dir.logs, check_staleness=False)
     binary = build.binary("test-backend-ops")
@@ -52,7 +53,7 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
     verdict, reason = judge_drift(result, criterion)
     data = {"entry": entry.id if entry else None, "verdict": verdict, "reason": reason, "build": build.to_dict(),
             "drift": result.to_dict()}
-    run_dir.write("run.json", {**data, "status": "finished", "kind": "drift"})
+    run_dir.write_record(running.with_status("finished", **{k: v for k, v in data.items() if k != "entry"}))
     return DriftSession(result, verdict, reason, data, run_dir.path, _seed_note(info, seeds))
 
 

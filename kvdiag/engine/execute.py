@@ -30,6 +30,7 @@ from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.proc.signals import interruption
 from kvdiag.proc.slots import SlotPool, slots_for_memory
 from kvdiag.progress import Progress
+from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.server import completion_requests, run_server_attempt
 from kvdiag.store.runs import RunDir
@@ -87,9 +88,10 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     """One verdict for one entry; raises RunInterrupted (after recording) on Ctrl-C."""
     step = pick_step(entry, options.step)
     started = time.monotonic()
-    header = {"kvdiag_version": __version__, "entry": entry.id, "step": step.name,
-              "target": target.to_dict(), "overrides": dict(options.overrides)}
-    run_dir.write("run.json", {**header, "status": "running"})
+    header = RunRecord(entry=entry.id, status="running", fields={
+        "kvdiag_version": __version__, "step": step.name, "target": target.to_dict(),
+        "overrides": dict(options.overrides)})
+    run_dir.write_record(header)
     judgement = judge_applicability(entry, step, target.facts())
     warnings = list(judgement.warnings) + list(judgement.notes)
     if target.build is not None and target.build.staleness.stale:
@@ -378,8 +380,8 @@ def _not_run(step: Step, index: int, verdict: Verdict, reason: str) -> Attempt:
     return Attempt(step=step.name, index=index, verdict=verdict, reason=reason, evidence=Evidence())
 
 
-def _finish(run_dir: RunDir, header: dict, outcome: Outcome) -> None:
+def _finish(run_dir: RunDir, header: RunRecord, outcome: Outcome) -> None:
     interrupted = outcome.extra.get("interrupted") or any(
         command.get("interrupted") for attempt in outcome.attempts for command in attempt.commands)
     status = "interrupted" if interrupted else "finished"
-    run_dir.write("run.json", {**header, "status": status, "outcome": outcome.to_dict()})
+    run_dir.write_record(header.with_status(status, outcome=outcome))

@@ -14,6 +14,7 @@ from kvdiag.errors import ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.proc.slots import slots_for_memory
 from kvdiag.progress import Progress
+from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore
 
@@ -35,16 +36,17 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     judgement = judge_applicability(entry, step, target.facts())
     if judgement.verdict is not None:
         reason = f"{entry.id} cannot be scanned here: {judgement.verdict}: {judgement.reason}"
-        run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "finished", "target": target.to_dict(),
-                                   "verdict": judgement.verdict, "reason": reason})
+        run_dir.write_record(RunRecord(entry=entry.id, status="finished", kind="scan", fields={
+            "target": target.to_dict(), "verdict": judgement.verdict, "reason": reason}))
         raise ScanNotRun(judgement.verdict, reason)
     space = enumerate_cases(target, op, params, run_dir)
     chosen = select_devices(target.gpu.devices, devices)
     device = chosen[0] if chosen else target.first_device
     batched = batch != 1 and batchable(scan_step(entry))
     workers = jobs or default_workers(device, len(chosen), batched)
-    run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "running", "target": target.to_dict(),
-                               "op": op, "params": params, "supported": len(space.supported)})
+    running = RunRecord(entry=entry.id, status="running", kind="scan", fields={
+        "target": target.to_dict(), "op": op, "params": params, "supported": len(space.supported)})
+    run_dir.write_record(running)
     cases = len(space.supported[:limit] if limit else space.supported)
     progress.say(f"scanning {cases} case(s) of {op} /{params}/ with {workers} worker(s)"
                  + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else "")
@@ -56,16 +58,16 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
                       limit=limit, devices=chosen, batch=batch,
                       on_case=lambda params, attempt: progress.advance(f"{attempt.verdict.value}: {params}"))
     except KeyboardInterrupt:  # a second Ctrl-C while the first one's cases were being collected
-        run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": "interrupted",
-                                   "target": target.to_dict(), "op": op, "params": params,
-                                   "note": "interrupted twice: per-case logs are in logs/, no aggregate"})
+        run_dir.write_record(RunRecord(entry=entry.id, status="interrupted", kind="scan", fields={
+            "target": target.to_dict(), "op": op, "params": params,
+            "note": "interrupted twice: per-case logs are in logs/, no aggregate"}))
         raise
     finally:
         progress.end()
     data = result.to_dict()
     status = "interrupted" if result.interrupted else "finished"   # the cases it has are kept either way
-    run_dir.write("run.json", {"entry": entry.id, "kind": "scan", "status": status, "target": target.to_dict(),
-                               "scan": data})
+    run_dir.write_record(RunRecord(entry=entry.id, status=status, kind="scan",
+                                   fields={"target": target.to_dict(), "scan": data}))
     return dataclasses.replace(result, run_dir=run_dir.path)
 
 

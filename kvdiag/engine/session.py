@@ -12,6 +12,7 @@ from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Outcome
 from kvdiag.home import kvdiag_home
 from kvdiag.progress import Progress
+from kvdiag.records.run import target_record
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore
 
@@ -30,7 +31,7 @@ def run_verdicts(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
     progress.say(f"inspecting {build_dir or 'no build'}, GPU and tools")
     target = prepare_target(build_dir, log_dir=setup.logs, sanitizer=sanitizer, check_staleness=check_staleness,
                             home=home)
-    setup.write("run.json", {"entry": "target", "status": "finished", "target": target.to_dict()})
+    setup.write_record(target_record(target.to_dict()))
     gate_provider = controls_gate_provider(home, target, setup.logs)
     outcomes: list[Outcome] = []
     if len(entries) > 1:

@@ -36,6 +36,7 @@ from kvdiag.exitcodes import ExitCode
 from kvdiag.home import kvdiag_home
 from kvdiag.proc.threads import Worker, wait_all
 from kvdiag.progress import Progress
+from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunDir, RunStore
 from kvdiag.store.sweeps import (Sweep, check_sweep_path, entry_sort_key, save_sweep, shard_ids, sweep_outcome,
@@ -118,8 +119,8 @@ def _harness_failure(entry: Entry, run_dir: RunDir, exc: BaseException, started:
     outcome = Outcome(entry.id, Verdict.ERROR, f"kvdiag failed while running {entry.id}: {type(exc).__name__}: {exc}",
                       duration_s=time.monotonic() - started)
     try:
-        run_dir.write("run.json", {"kvdiag_version": __version__, "entry": entry.id, "status": "finished",
-                                   "outcome": outcome.to_dict()})
+        run_dir.write_record(RunRecord(entry=entry.id, status="finished", outcome=outcome,
+                                       fields={"kvdiag_version": __version__}))
     except OSError:
         pass
     return outcome
@@ -254,8 +255,9 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
                  + (f" (shard {shard} of {len(selection)} selected)" if shard else "")
                  + f"; inspecting {build_dir or 'no build'}")
     choices = {"skip_builds": skip_builds, "step_budget_s": step_budget}
-    sweep_dir.write("run.json", {"kvdiag_version": __version__, "entry": "sweep", "kind": "sweep",
-                                 "status": "running", "shard": shard, "entries": [e.id for e in entries], **choices})
+    running = RunRecord(entry="sweep", status="running", kind="sweep", fields={
+        "kvdiag_version": __version__, "shard": shard, "entries": [e.id for e in entries], **choices})
+    sweep_dir.write_record(running)
     target = prepare_target(build_dir, log_dir=sweep_dir.logs, sanitizer=sanitizer, check_staleness=check_staleness,
                             home=home)
     target_dict = target.to_dict()
@@ -297,10 +299,8 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
         progress.end()
     with lock:
         sweep = save_all(run)
-    sweep_dir.write("run.json", {"kvdiag_version": __version__, "entry": "sweep", "kind": "sweep",
-                                 "status": "interrupted" if sweep.interrupted else "finished", "shard": shard,
-                                 "entries": [e.id for e in entries], "target": target_dict, "sweep": SWEEP_FILE,
-                                 "counts": sweep.counts(), **choices})
+    sweep_dir.write_record(running.with_status("interrupted" if sweep.interrupted else "finished",
+                                               target=target_dict, sweep=SWEEP_FILE, counts=sweep.counts()))
     if record:
         try:
             record_sweep(sweep, path=path, home=home)

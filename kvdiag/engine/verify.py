@@ -47,6 +47,7 @@ from kvdiag.probes.worktree import (
     scratch_worktree,
 )
 from kvdiag.progress import Progress
+from kvdiag.records.run import RunRecord, target_record
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore
 
@@ -222,9 +223,9 @@ def verify_fix(request: VerifyRequest, *, home: Path, progress: Progress | None 
     store = RunStore(home)
     session = store.create(f"{entry.id}-verify")
     logs = session.logs
-    header = {"entry": f"{entry.id}-verify", "kind": "verify", "probes": [p.name for p in request.stack],
-              "source": str(request.source)}
-    session.write("run.json", {**header, "status": "running"})
+    running = RunRecord(entry=f"{entry.id}-verify", status="running", kind="verify",
+                        fields={"probes": [p.name for p in request.stack], "source": str(request.source)})
+    session.write_record(running)
     source = repo_toplevel(request.source, logs)
     commit = resolve_commit(source, request.commit, logs)
     warnings = _stack_warnings(entry, request.stack)
@@ -237,7 +238,7 @@ def verify_fix(request: VerifyRequest, *, home: Path, progress: Progress | None 
             kept.append(scratch_root)
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        session.write("run.json", {**header, "status": status, "error": f"{type(exc).__name__}: {exc}"})
+        session.write_record(running.with_status(status, error=f"{type(exc).__name__}: {exc}"))
         raise
     finally:
         if not request.keep:
@@ -249,7 +250,7 @@ def verify_fix(request: VerifyRequest, *, home: Path, progress: Progress | None 
                           explanation, status_before == status_after, status_before, status_after, tuple(kept),
                           tuple(dict.fromkeys(warnings)), session.path,
                           headline(conclusion, sanitizer_signature=sanitizer_signature))
-    session.write("run.json", {**header, "status": "finished", "verify": report.to_dict()})
+    session.write_record(running.with_status("finished", verify=report.to_dict()))
     return report
 
 
@@ -315,7 +316,7 @@ def _side(label: str, entry: Entry, build_dir: Path, request: VerifyRequest, sto
     progress.say(f"{label}: inspecting {build_dir}")
     target = prepare_target(build_dir, log_dir=setup.logs, sanitizer=request.sanitizer,
                             check_staleness=label == "before")
-    setup.write("run.json", {"entry": "target", "status": "finished", "target": target.to_dict()})
+    setup.write_record(target_record(target.to_dict()))
     gate_provider = controls_gate_provider(home, target, setup.logs)
     run_dir = store.create(entry.id)
     options = RunOptions(step=request.step, progress=progress, overrides={})

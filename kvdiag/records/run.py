@@ -10,12 +10,12 @@ by kvdiag 0.1.x carry none and read as version 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from kvdiag.records.verdict import Outcome
 
-__all__ = ["RUN_SCHEMA_VERSION", "RunRecord", "stamp_run"]
+__all__ = ["RUN_SCHEMA_VERSION", "RunRecord", "target_record"]
 
 # 1: kvdiag 0.1.x (no schema_version key); 2: the same keys plus schema_version.
 RUN_SCHEMA_VERSION = 2
@@ -24,7 +24,7 @@ _OWN_KEYS = ("schema_version", "entry", "status", "kind", "outcome")
 
 @dataclass(frozen=True)
 class RunRecord:
-    entry: str
+    entry: str | None                             # None: a drift of an op that names no entry
     status: str                                   # running | finished | interrupted | failed | error
     kind: str | None = None                       # None for an entry's verdict run
     outcome: Outcome | None = None
@@ -34,6 +34,11 @@ class RunRecord:
     @property
     def finished(self) -> bool:
         return self.status == "finished"
+
+    def with_status(self, status: str, *, outcome: Outcome | None = None, **fields: Any) -> "RunRecord":
+        """The same run in a later state: a new status, the outcome once there is one, and more keys."""
+        return replace(self, status=status, outcome=outcome if outcome is not None else self.outcome,
+                       fields={**self.fields, **fields})
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"schema_version": self.schema_version, "entry": self.entry, **self.fields,
@@ -47,12 +52,13 @@ class RunRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunRecord":
         outcome = data.get("outcome")
-        return cls(entry=str(data.get("entry", "")), status=str(data.get("status", "")), kind=data.get("kind"),
+        return cls(entry=data.get("entry"), status=str(data.get("status", "")), kind=data.get("kind"),
                    outcome=Outcome.from_dict(outcome) if isinstance(outcome, Mapping) else None,
                    fields={k: v for k, v in data.items() if k not in _OWN_KEYS},
                    schema_version=int(data.get("schema_version", 1)))
 
 
-def stamp_run(data: Mapping[str, Any]) -> dict[str, Any]:
-    """run.json's content with this version's ``schema_version`` first (the writer's one stamp)."""
-    return {"schema_version": RUN_SCHEMA_VERSION, **{k: v for k, v in data.items() if k != "schema_version"}}
+
+def target_record(target: Mapping[str, Any]) -> RunRecord:
+    """The record of a run's setup folder: the target it inspected (build, GPU, tools)."""
+    return RunRecord(entry="target", status="finished", fields={"target": target})

@@ -20,13 +20,13 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 from kvdiag.errors import RunUnreadable, UsageError
 from kvdiag.fileio import write_json
-from kvdiag.records.run import RunRecord, stamp_run
+from kvdiag.records.run import RUN_SCHEMA_VERSION, RunRecord
 
 RUN_FILE = "run.json"
 FINAL_STATES = ("finished", "interrupted", "failed")
@@ -130,16 +130,22 @@ class RunDir:
         return p
 
     def write(self, name: str, data: Any) -> Path:
-        """Write ``name`` atomically; run.json gets its ``schema_version`` here, whoever writes it."""
-        target = self.path / name
-        final = False
-        if name == RUN_FILE and isinstance(data, dict):
-            if data.get("status") == "running":
-                data = {**data, "process": this_process()}
-                _open_runs[self.path] = self
-            else:
-                final = True
-        write_json_atomic(target, stamp_run(data) if name == RUN_FILE else data)
+        """Write ``name`` atomically; run.json (a `RunRecord`, or its mapping) goes through `write_record`."""
+        if name == RUN_FILE:
+            return self.write_record(data if isinstance(data, RunRecord) else RunRecord.from_dict(data))
+        write_json_atomic(self.path / name, data)
+        return self.path / name
+
+    def write_record(self, record: RunRecord) -> Path:
+        """The one place run.json is written: from its typed record, stamped with this version's
+        ``schema_version``; a running run names its process (for `abandoned`) and stays open until
+        its final state is on disk."""
+        target = self.path / RUN_FILE
+        final = record.status != "running"
+        if not final:
+            record = replace(record, fields={**record.fields, "process": this_process()})
+            _open_runs[self.path] = self
+        write_json_atomic(target, replace(record, schema_version=RUN_SCHEMA_VERSION).to_dict())
         if final:                    # only once the final state is on disk is the run closed
             _open_runs.pop(self.path, None)
         return target
@@ -183,17 +189,17 @@ def finish_open_runs(status: str, reason: str) -> list[Path]:
     """
     done = []
     for path, run in list(_open_runs.items()):
-        record: dict[str, Any]
+        data: dict[str, Any]
         try:
-            record = run.read()
+            data = run.read()
         except (OSError, ValueError):
-            record = {}
-        record.update({"status": status, "reason": reason})
+            data = {}
+        data.update({"status": status, "reason": reason})
         try:
-            write_json_atomic(path / RUN_FILE, record)
+            run.write_record(RunRecord.from_dict(data))
         except Exception:
             try:
-                short = {k: record.get(k) for k in ("entry", "kind", "step", "status", "reason")}
+                short = {k: data.get(k) for k in ("entry", "kind", "step", "status", "reason")}
                 with open(path / RUN_FILE, "r+b") as fh:
                     fh.write((json.dumps(short) + "\n").encode())
                     fh.truncate()

@@ -26,20 +26,34 @@ def test_a_run_json_written_reads_back_as_the_same_record(tmp_path):
     run = RunDir(tmp_path / "run")
     record = RunRecord(entry="D2", status="finished", outcome=outcome("D2"),
                        fields={"kvdiag_version": "0.1.1", "step": "fast", "target": {"build": {"lineinfo": True}}})
-    run.write(RUN_FILE, record.to_dict())
+    run.write_record(record)
     assert run.read()["schema_version"] == RUN_SCHEMA_VERSION
     assert run.record() == record
     assert run.record().to_dict() == run.read()
 
 
-def test_every_writer_of_run_json_stamps_the_version(tmp_path):
-    """The writers build plain dicts (a scan, the doctor): the store adds the version."""
+def test_a_running_record_names_its_process_and_its_final_state_keeps_the_header(tmp_path):
+    """Writers build a RunRecord (a scan here) and move it on with `with_status`; the store's one
+    write point stamps the version and, while it runs, the process (for `abandoned`)."""
     run = RunDir(tmp_path / "run")
-    run.write(RUN_FILE, {"entry": "D2", "kind": "scan", "status": "running"})
+    running = RunRecord(entry="D2", status="running", kind="scan", fields={"op": "FLASH_ATTN_EXT"})
+    run.write_record(running)
     data = run.read()
-    assert data.pop("process")["pid"] == os.getpid()      # a running run names its process (for `abandoned`)
-    assert data == {"schema_version": RUN_SCHEMA_VERSION, "entry": "D2", "kind": "scan", "status": "running"}
-    assert run.record().kind == "scan" and run.record().outcome is None
+    assert data.pop("process")["pid"] == os.getpid()
+    assert data == {"schema_version": RUN_SCHEMA_VERSION, "entry": "D2", "kind": "scan", "status": "running",
+                    "op": "FLASH_ATTN_EXT"}
+    finished = running.with_status("finished", outcome=outcome("D2"), scan={"cases": 3})
+    run.write_record(finished)
+    assert run.record() == finished and "process" not in run.read()
+    assert run.record().fields == {"op": "FLASH_ATTN_EXT", "scan": {"cases": 3}}
+
+
+def test_a_mapping_written_as_run_json_goes_through_the_record(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.write(RUN_FILE, {"entry": None, "kind": "drift", "status": "finished", "verdict": "skipped"})
+    assert run.read() == {"schema_version": RUN_SCHEMA_VERSION, "entry": None, "kind": "drift",
+                          "status": "finished", "verdict": "skipped"}
+    assert run.record() == RunRecord(entry=None, status="finished", kind="drift", fields={"verdict": "skipped"})
 
 
 @pytest.mark.parametrize("name", OLD_RUNS)
