@@ -359,12 +359,12 @@ def drift_cmd(ctx: Context, entry_id, build_dir, op, params, runs, fmt) -> int:
 
     entry = ctx.registry.get(entry_id) if entry_id else None
     criterion = entry.drift if entry else None
-    op = op or (criterion or {}).get("op")
-    params = params or (criterion or {}).get("params")
+    op = op or (criterion.op if criterion else None)
+    params = params or (criterion.params if criterion else None)
     if not op or not params:
         raise UsageError("drift needs an entry with a [drift] section, or --op and --params")
     verdict = drift_and_show(entry, build_dir, op=op, params=params,
-                             runs=runs or (criterion or {}).get("runs", 5), fmt=fmt)
+                             runs=runs or (criterion.runs if criterion else 5), fmt=fmt)
     from kvdiag.engine.verdict import Verdict
 
     return int(Verdict(verdict).exit_code)

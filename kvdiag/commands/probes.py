@@ -228,7 +228,7 @@ def _recipe(entry, configure_cmd, build_cmd, reference, jobs, build_timeout=None
     from kvdiag.engine.scratch_build import BUILD_TIMEOUT_S, BuildRecipe
 
     return BuildRecipe(configure_cmd=configure_cmd, build_cmd=build_cmd, reference=reference,
-                       targets=tuple(entry.requires.get("binaries", ())), jobs=jobs,
+                       targets=entry.requires.binaries, jobs=jobs,
                        build_timeout=build_timeout or BUILD_TIMEOUT_S)
 
 

@@ -56,19 +56,19 @@ def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
     build = facts.build
     has_cache = build is not None and build.cache_path is not None
     cc = facts.compute_capability
-    if (applies.get("cc_min") or applies.get("cc_max")) and cc is None:
+    if (applies.cc_min or applies.cc_max) and cc is None:
         notes.append("compute capability unknown (no GPU seen): the arch range was not checked")
     elif cc is not None:
-        if applies.get("cc_min") and cc < _cc(applies["cc_min"]):
-            return f"compute capability {cc[0]}.{cc[1]} is below {applies['cc_min']}", notes
-        if applies.get("cc_max") and cc > _cc(applies["cc_max"]):
-            return f"compute capability {cc[0]}.{cc[1]} is above {applies['cc_max']}", notes
-    for option in applies.get("cmake_options", ()):
+        if applies.cc_min and cc < _cc(applies.cc_min):
+            return f"compute capability {cc[0]}.{cc[1]} is below {applies.cc_min}", notes
+        if applies.cc_max and cc > _cc(applies.cc_max):
+            return f"compute capability {cc[0]}.{cc[1]} is above {applies.cc_max}", notes
+    for option in applies.cmake_options:
         if not has_cache:
             notes.append(f"no CMakeCache.txt: could not check for option {option}")
         elif option not in build.options:
             return f"the build has no {option} option (the feature does not exist in this tree)", notes
-    for option, wanted in applies.get("cmake_values", {}).items():
+    for option, wanted in applies.cmake_values.items():
         if not has_cache:
             notes.append(f"no CMakeCache.txt: could not check {option}={wanted}")
         elif str(build.options.get(option, "")).upper() != str(wanted).upper():
@@ -76,19 +76,19 @@ def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
     reason = _tree_facts(entry, build, notes)
     if reason:
         return reason, notes
-    if applies.get("ops"):
+    if applies.ops:
         if facts.backend_ops_ops is None:
             notes.append("test-backend-ops op list unknown: ops not checked")
         else:
-            missing = [op for op in applies["ops"] if op not in facts.backend_ops_ops]
+            missing = [op for op in applies.ops if op not in facts.backend_ops_ops]
             if missing:
                 return f"test-backend-ops does not know {', '.join(missing)}", notes
-    for flag in applies.get("backend_ops_flags", ()):
+    for flag in applies.backend_ops_flags:
         if facts.backend_ops_help is None:
             notes.append(f"test-backend-ops help unknown: {flag} not checked")
         elif flag not in facts.backend_ops_help:
             return f"this test-backend-ops has no {flag} option", notes
-    wanted = applies.get("server_flags", ())
+    wanted = applies.server_flags
     help_text = facts.server_help() if wanted and facts.server_help is not None else None
     for flag in wanted:
         if help_text is None:
@@ -108,13 +108,13 @@ def _tree_facts(entry: Entry, build, notes: list[str]) -> str | None:
     a file in either layout, a test by CTest name or tests/<name>.* source. Absent with something
     close in its place raises FactMismatch (inconclusive, never not-applicable)."""
     applies = entry.applies
-    if not applies.get("source_paths") and not applies.get("tests"):
+    if not applies.source_paths and not applies.tests:
         return None
     from kvdiag.target.tree import ABSENT, UNKNOWN, Tree
 
     tree = Tree.from_build_info(build) if build is not None else Tree(None)
-    asked = [(f"source path {rel}", tree.file(rel)) for rel in applies.get("source_paths", ())]
-    asked += [(f"test {name}", tree.test(name)) for name in applies.get("tests", ())]
+    asked = [(f"source path {rel}", tree.file(rel)) for rel in applies.source_paths]
+    asked += [(f"test {name}", tree.test(name)) for name in applies.tests]
     for what, answer in asked:
         if answer.state == UNKNOWN:
             notes.append(f"could not check for {what}: {answer.detail}")
@@ -133,7 +133,7 @@ def check_requires(entry: Entry, step: Step, facts: Facts) -> tuple[str | None, 
     warnings: list[str] = []
     build = facts.build
     if step.kind not in ("build-check", "compile"):
-        needed = step.requires_binaries if step.requires_binaries is not None else req.get("binaries", ())
+        needed = step.requires_binaries if step.requires_binaries is not None else req.binaries
         missing = [b for b in needed if build is None or not build.has_binary(b)]
         if missing:
             if build is None:
@@ -146,19 +146,19 @@ def check_requires(entry: Entry, step: Step, facts: Facts) -> tuple[str | None, 
             if absent:
                 parts.insert(0, f"{', '.join(absent)} (not found in {build.build_dir}; build that target)")
             return "missing binary: " + "; ".join(parts), warnings
-    if req.get("gpu") and not facts.gpu_available:
+    if req.gpu and not facts.gpu_available:
         return "no CUDA GPU is visible on this machine", warnings
-    if (req.get("sanitizer") or step.sanitizer) and facts.sanitizer is None:
+    if (req.sanitizer or step.sanitizer) and facts.sanitizer is None:
         return ("compute-sanitizer not found (PATH, $CUDA_HOME/bin, $KVDIAG_COMPUTE_SANITIZER; "
                 "`pip install nvidia-cuda-sanitizer-api` also provides one)"), warnings
-    absent = [name for name in (*req.get("env", ()), *step.requires_env) if not facts.environ.get(name)]
+    absent = [name for name in (*req.env, *step.requires_env) if not facts.environ.get(name)]
     if absent:
         return f"needs {', '.join('$' + a for a in absent)} (e.g. a model file path)", warnings
-    if req.get("model_keys"):
-        missing_model = check_model_keys(req["model_keys"], facts.environ.get(MODEL_ENV))
+    if req.model_keys:
+        missing_model = check_model_keys(req.model_keys, facts.environ.get(MODEL_ENV))
         if missing_model:
             return missing_model, warnings
-    if req.get("lineinfo") and build is not None and build.cache_path is not None and not build.lineinfo:
+    if req.lineinfo and build is not None and build.cache_path is not None and not build.lineinfo:
         warnings.append("the build lacks -lineinfo: sanitizer sites will have no file:line "
                         "(reconfigure with -DCMAKE_CUDA_FLAGS=-lineinfo)")
     return None, warnings

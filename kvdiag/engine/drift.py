@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.proc.runner import run_command
 from kvdiag.progress import Progress
+from kvdiag.registry.sections import DriftSpec
 from kvdiag.store.runs import RunDir
 
 
@@ -119,7 +120,7 @@ def run_drift(binary, run_dir: RunDir, *, op: str, params: str, runs: int, seeds
     return result
 
 
-def judge_drift(result: DriftResult, criterion: Mapping[str, Any] | None) -> tuple[str, str]:
+def judge_drift(result: DriftResult, criterion: DriftSpec | None) -> tuple[str, str]:
     """A verdict from the entry's drift criterion (or a plain summary without one)."""
     # A process that died or timed out is not "nothing matched", and its cases ran fewer times.
     unfinished = [r for r in result.run_results if r.get("finished") is False]
@@ -127,8 +128,8 @@ def judge_drift(result: DriftResult, criterion: Mapping[str, Any] | None) -> tup
         return "not-applicable", f"no {result.op} case matches /{result.params}/ in this build (0 cases)"
     failing = [c for c in result.cases.values() if c.fails]
     if criterion:
-        need_fails = int(criterion.get("confirm_min_fails", 1))
-        need_err = float(criterion.get("confirm_min_err", 0.0))
+        need_fails = int(criterion.confirm_min_fails)
+        need_err = float(criterion.confirm_min_err)
         hits = [c for c in failing if c.fails >= need_fails and c.errors and max(c.errors) >= need_err]
         if hits:
             worst = max(hits, key=lambda c: max(c.errors))

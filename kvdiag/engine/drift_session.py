@@ -47,7 +47,7 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
         raise UsageError(f"no test-backend-ops in {build_dir}")
     info = probe_backend_ops(binary, log_dir=run_dir.logs)
     criterion = entry.drift if entry else None
-    seeds = tuple((criterion or {}).get("seeds", ()))
+    seeds = criterion.seeds if criterion else ()
     result = run_drift(binary, run_dir, op=op, params=params, runs=runs, seeds=seeds, has_seed=info.has_seed,
                        progress=progress)
     verdict, reason = judge_drift(result, criterion)

@@ -357,7 +357,7 @@ def gpu_lease(entry: Entry, target: Target, options: RunOptions):
     """A slot of the GPU's pool for GPU work; a no-op context for CPU-only entries."""
     import contextlib
 
-    if not entry.requires.get("gpu"):
+    if not entry.requires.gpu:
         return contextlib.nullcontext()
     device = options.device or target.first_device
     total = device.total_memory_bytes if device and device.total_memory_bytes else 16 << 30

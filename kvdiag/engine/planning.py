@@ -55,7 +55,7 @@ def template_context(
 ) -> dict[str, Any]:
     """Everything a template may read: schema.TEMPLATE_GLOBALS plus the step's vars."""
     environ = os.environ if environ is None else environ
-    wanted_env = (*entry.requires.get("env", ()), *step.requires_env)
+    wanted_env = (*entry.requires.env, *step.requires_env)
     context: dict[str, Any] = {
         "bin": {name: str(path) for name, path in binaries.items()},
         "build_dir": str(build_dir) if build_dir else None,
@@ -117,7 +117,7 @@ def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
     out = []
     for step in entry.steps:
         item: dict[str, Any] = {"step": step.name, "problem": None, "argv": None, "shell": None}
-        needed = step.requires_binaries if step.requires_binaries is not None else entry.requires.get("binaries", ())
+        needed = step.requires_binaries if step.requires_binaries is not None else entry.requires.binaries
         missing = [b for b in needed if not build.has_binary(b)]
         if missing and step.kind not in ("build-check", "compile"):
             item["problem"] = f"the build has no {', '.join(missing)}"

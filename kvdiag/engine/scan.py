@@ -162,18 +162,18 @@ def scan_step(entry: Entry) -> Step:
     instantiation. The sanitizer's error count then differs (257 against 2048 for the same
     case), so a scan's counts compare with other scans, not with `kvdiag run`.
     """
-    step = entry.step(entry.scan["step"]) if entry.scan else entry.default_step
-    if entry.scan and "print_limit" in entry.scan:
-        step = dataclasses.replace(step, print_limit=int(entry.scan["print_limit"]))
-    if entry.scan and "sanitizer_options" in entry.scan:
-        step = dataclasses.replace(step, sanitizer_options=tuple(entry.scan["sanitizer_options"]))
+    step = entry.step(entry.scan.step) if entry.scan else entry.default_step
+    if entry.scan and entry.scan.print_limit is not None:
+        step = dataclasses.replace(step, print_limit=int(entry.scan.print_limit))
+    if entry.scan and entry.scan.sanitizer_options is not None:
+        step = dataclasses.replace(step, sanitizer_options=entry.scan.sanitizer_options)
     return step
 
 
 def _output_note(entry: Entry, step: Step, batch_size: int = 1) -> str | None:
     """How the scan asks the sanitizer to print, when that differs from `kvdiag run`."""
     alone = None
-    if entry.scan and ({"print_limit", "sanitizer_options"} & set(entry.scan)):
+    if entry.scan and (entry.scan.print_limit is not None or entry.scan.sanitizer_options is not None):
         limit = f"--print-limit {step.print_limit}" if step.print_limit is not None else ""
         alone = " ".join(x for x in (limit, " ".join(step.sanitizer_options)) if x)
     if batch_size > 1 and step.sanitizer:

@@ -24,15 +24,15 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
              batch: int = 1, progress: Progress | None = None) -> ScanResult:
     if not entry.scan and not (op and params):
         raise UsageError(f"{entry.id} declares no case space: give --op and --params")
-    op = op or entry.scan["op"]
-    params = params or entry.scan["params"]
+    op = op or entry.scan.op
+    params = params or entry.scan.params
     progress = progress or Progress()
     home = kvdiag_home()
     run_dir = RunStore(home).create(f"scan-{entry.id}")
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
     from kvdiag.engine.applicability import judge_applicability
 
-    step = entry.step(entry.scan["step"]) if entry.scan else entry.default_step
+    step = entry.step(entry.scan.step) if entry.scan else entry.default_step
     judgement = judge_applicability(entry, step, target.facts())
     if judgement.verdict is not None:
         reason = f"{entry.id} cannot be scanned here: {judgement.verdict}: {judgement.reason}"

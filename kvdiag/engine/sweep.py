@@ -79,7 +79,7 @@ def shard_entries(entries: Sequence[Entry], shard: str | None) -> list[Entry]:
 
 
 def needs_gpu(entry: Entry) -> bool:
-    return bool(entry.requires.get("gpu"))
+    return entry.requires.gpu
 
 
 # --------------------------------------------------------------------------- running

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from kvdiag.registry.sections import Applies, DriftSpec, Requires, ScanSpec, from_table
+
 
 @dataclass(frozen=True)
 class Matcher:
@@ -82,13 +84,20 @@ class Entry:
     references: tuple[Mapping[str, str], ...] = ()
     location: Mapping[str, Any] = field(default_factory=dict)
     affected: tuple[Mapping[str, str], ...] = ()
-    applies: Mapping[str, Any] = field(default_factory=dict)
-    requires: Mapping[str, Any] = field(default_factory=dict)
+    applies: Applies = field(default_factory=Applies)
+    requires: Requires = field(default_factory=Requires)
     steps: tuple[Step, ...] = ()
     signature: tuple[Matcher, ...] = ()
-    scan: Mapping[str, Any] | None = None
-    drift: Mapping[str, Any] | None = None
+    scan: ScanSpec | None = None
+    drift: DriftSpec | None = None
     probes: tuple[Mapping[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        # A table given as written (a mapping) becomes its typed section, whoever built the entry.
+        for name, cls in (("applies", Applies), ("requires", Requires), ("scan", ScanSpec), ("drift", DriftSpec)):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, name, from_table(cls, value))
 
     @property
     def number(self) -> int:
@@ -115,12 +124,12 @@ class Entry:
 
     def needs(self) -> tuple[str, ...]:
         """A short list of what running it needs, for `kvdiag list`."""
-        out: list[str] = list(self.requires.get("binaries", ()))
-        if self.requires.get("gpu"):
+        out: list[str] = list(self.requires.binaries)
+        if self.requires.gpu:
             out.append("GPU")
-        if self.requires.get("sanitizer"):
+        if self.requires.sanitizer:
             out.append("compute-sanitizer")
-        out += [f"${name}" for name in self.requires.get("env", ())]
+        out += [f"${name}" for name in self.requires.env]
         return tuple(out)
 
     def section(self, heading: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from kvdiag import resources
 from kvdiag.errors import DataError, UsageError
 from kvdiag.registry.entry import Entry, Matcher, Step
+from kvdiag.registry.sections import Applies, DriftSpec, Requires, ScanSpec, from_table
 from kvdiag.registry.lint import lint_raw, lint_registry_wide
 from kvdiag.registry.raw import Problem, RawEntry, read_raw
 
@@ -81,12 +82,12 @@ def build_entry(raw: RawEntry) -> Entry:
         references=tuple(d.get("references", ())),
         location=d.get("location", {}),
         affected=tuple(d.get("affected", ())),
-        applies=d.get("applies", {}),
-        requires=d.get("requires", {}),
+        applies=from_table(Applies, d.get("applies")),
+        requires=from_table(Requires, d.get("requires")),
         steps=tuple(_build_step(s) for s in d.get("repro", ())),
         signature=tuple(Matcher(type=m["type"], fields=dict(m)) for m in d.get("signature", ())),
-        scan=d.get("scan"),
-        drift=d.get("drift"),
+        scan=from_table(ScanSpec, d["scan"]) if d.get("scan") is not None else None,
+        drift=from_table(DriftSpec, d["drift"]) if d.get("drift") is not None else None,
         probes=tuple(d.get("probes", ())),
     )
 

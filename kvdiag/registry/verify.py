@@ -48,13 +48,13 @@ def detection_facts(entry: Entry, tree: Tree) -> list[tuple[str, Answer]]:
     """The facts that say whether a tree has the entry's feature at all (fork detection)."""
     applies = entry.applies
     out: list[tuple[str, Answer]] = []
-    for i, rel in enumerate(applies.get("source_paths", ())):
+    for i, rel in enumerate(applies.source_paths):
         out.append((f"applies.source_paths[{i}]", tree.file(rel)))
-    for i, name in enumerate(applies.get("tests", ())):
+    for i, name in enumerate(applies.tests):
         out.append((f"applies.tests[{i}]", tree.test(name)))
-    for i, option in enumerate(applies.get("cmake_options", ())):
+    for i, option in enumerate(applies.cmake_options):
         out.append((f"applies.cmake_options[{i}]", tree.option(option)))
-    for i, flag in enumerate(applies.get("server_flags", ())):
+    for i, flag in enumerate(applies.server_flags):
         out.append((f"applies.server_flags[{i}]", tree.text(flag)))
     return out
 
@@ -67,9 +67,9 @@ def _other_facts(entry: Entry, tree: Tree) -> Iterable[tuple[str, Answer]]:
     for i, name in enumerate(location.get("functions", ())):
         yield f"location.functions[{i}]", tree.function(name, files)
     yield from _site_facts(location.get("sites", ()), tree)
-    for option in entry.applies.get("cmake_values", {}):
+    for option in entry.applies.cmake_values:
         yield f"applies.cmake_values.{option}", tree.option(option)
-    for i, name in enumerate(entry.requires.get("binaries", ())):
+    for i, name in enumerate(entry.requires.binaries):
         yield f"requires.binaries[{i}]", tree.binary(name)
     for s, step in enumerate(entry.steps):
         for name in ctest_names(step.command_templates):

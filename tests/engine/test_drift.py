@@ -151,7 +151,7 @@ def synthetic_runs(*runs: list[str]) -> DriftResult:
 
 
 def test_a_failing_case_over_the_criterion_is_confirmed(d8_criterion):
-    assert d8_criterion["confirm_min_fails"] == 1 and d8_criterion["confirm_min_err"] == 1.0
+    assert d8_criterion.confirm_min_fails == 1 and d8_criterion.confirm_min_err == 1.0
     result = synthetic_runs(
         [failing_line(Q2, 1.712345678), passing_line(Q2_OTHER)],
         [passing_line(Q2), passing_line(Q2_OTHER)],

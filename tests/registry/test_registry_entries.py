@@ -125,7 +125,7 @@ def test_every_backend_ops_step_uses_the_shared_argv_form(entries):
 def test_every_step_renders_with_a_complete_context(entries, entry_id, tmp_path):
     entry = entries[entry_id]
     for step in entry.steps:
-        needed = step.requires_binaries if step.requires_binaries is not None else entry.requires.get("binaries", ())
+        needed = step.requires_binaries if step.requires_binaries is not None else entry.requires.binaries
         binaries = {name: tmp_path / "build" / "bin" / name for name in needed}
         if step.kind in ("build-check", "compile"):
             assert not step.command_templates
@@ -143,16 +143,16 @@ def test_every_step_renders_with_a_complete_context(entries, entry_id, tmp_path)
 @pytest.mark.parametrize("entry_id", FORK_ONLY)
 def test_fork_only_entries_are_not_applicable_upstream(entries, entry_id):
     applies = entries[entry_id].applies
-    assert applies.get("cmake_options") or applies.get("source_paths") or applies.get("tests")
-    assert "GGML_CUDA_KVARN" in applies.get("cmake_options", ()) or any(
-        "merge-keepers" in p for p in (*applies.get("source_paths", ()), *applies.get("tests", ())))
+    assert applies.cmake_options or applies.source_paths or applies.tests
+    assert "GGML_CUDA_KVARN" in applies.cmake_options or any(
+        "merge-keepers" in p for p in (*applies.source_paths, *applies.tests))
 
 
 def test_d1_runs_hsk320_bare_and_records_the_arch(entries):
     d1 = entries["D1"]
     step = d1.default_step
     assert step.vars["params"] == "hsk=320" and step.sanitizer is None
-    assert "cc_min" not in d1.applies and "cc_max" not in d1.applies
+    assert d1.applies.cc_min is None and d1.applies.cc_max is None
     abort, output = d1.signature
     assert abort.get("kind") == "ggml-abort"
     assert re.search(output.get("pattern"), "/src/ggml/src/ggml-cuda/fattn.cu:412: fatal error")
@@ -162,7 +162,7 @@ def test_d3_runs_ten_times_on_a_model_and_stays_apart_from_d2(entries):
     d3 = entries["D3"]
     step = d3.default_step
     assert step.runs == 10
-    assert d3.requires["env"] == ["LLAMA_KV_MODEL"] and d3.requires["binaries"] == ["llama-server"]
+    assert d3.requires.env == ("LLAMA_KV_MODEL",) and d3.requires.binaries == ("llama-server",)
     assert {"-nkvo", "{{ env.LLAMA_KV_MODEL }}", "-fa"} <= set(step.argv)
     abort, output = d3.signature
     assert abort.get("kind") == "cuda-error"
@@ -206,11 +206,11 @@ def test_params_regexes_select_the_expected_upstream_fa_cases(entries, transcrip
     # no q2_0s upstream, and the q2_0 cases that exist must not match: not-applicable
     assert selected("D8") == []
     assert any("type_K=q2_0," in c for c in cases)
-    assert [c for c in cases if re.search(entries["D8"].drift["params"], c)] == []
+    assert [c for c in cases if re.search(entries["D8"].drift.params, c)] == []
     # ... while the fork's case, and only a q2_0s one, would be selected
     fork_case = "hsk=64,hsv=64,nh=4,nr23=[1,1],kv=512,nb=1,mask=1,sinks=0,max_bias=0.000000," \
                 "logit_softcap=0.000000,prec=f32,type_K={t},type_V={t},permute=[0,1,2,3],kv_view=1,v_is_view_of_k=0"
-    for regex in (entries["D8"].default_step.vars["params"], entries["D8"].drift["params"]):
+    for regex in (entries["D8"].default_step.vars["params"], entries["D8"].drift.params):
         assert re.search(regex, fork_case.format(t="q2_0s"))
         assert not re.search(regex, fork_case.format(t="q2_0"))
 
@@ -249,5 +249,5 @@ def test_d8_case_signature_and_drift(entries):
     d8 = entries["D8"]
     (case,) = d8.signature
     assert (case.get("status"), case.get("metric"), case.get("min_value")) == ("FAIL", "ERR", 1.0)
-    assert d8.drift["seeds"] == ["0", "1", "42"] and d8.drift["runs"] == 3
-    assert d8.drift["confirm_min_fails"] == 1 and d8.drift["confirm_min_err"] == 1.0
+    assert d8.drift.seeds == ("0", "1", "42") and d8.drift.runs == 3
+    assert d8.drift.confirm_min_fails == 1 and d8.drift.confirm_min_err == 1.0

@@ -33,7 +33,7 @@ device = GpuDevice(index=0, name="NVIDIA H200", uuid="GPU-test", compute_capabil
 gpu = GpuFingerprint(source="test", devices=(device,), driver_version=None, driver_cuda_version=None,
                      runtime_version=None, visible_devices=None, notes=())
 target = dataclasses.replace(target, environment=dataclasses.replace(target.environment, gpu=gpu))
-space = enumerate_cases(target, entry.scan["op"], entry.scan["params"], run_dir)
+space = enumerate_cases(target, entry.scan.op, entry.scan.params, run_dir)
 print("driver ready", flush=True)
 
 
