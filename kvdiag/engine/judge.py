@@ -25,7 +25,7 @@ from kvdiag.registry.entry import Entry, Matcher
 
 
 def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:
-    return tuple(m for m in entry.signature if m.get("step") in (None, step_name))
+    return tuple(m for m in entry.signature if m.step in (None, step_name))
 
 
 def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gate], index: int,

@@ -40,21 +40,21 @@ def _sanitizer(m: Matcher, obs: Observations) -> Match:
     report = obs.sanitizer
     if report is None:
         return Match(m, False, detail="the step ran without a sanitizer")
-    if m.get("tool") and report.tool and m.get("tool") != report.tool:
-        return Match(m, False, detail=f"the report is from {report.tool}, not {m.get('tool')}")
+    if m.tool and report.tool and m.tool != report.tool:
+        return Match(m, False, detail=f"the report is from {report.tool}, not {m.tool}")
     # Without -lineinfo the tool prints no file:line; the site cannot be checked
     # then, and the match rests on kind and kernel (the judge warns about it).
     hits = [f for f in report.findings
-            if (not m.get("kind") or f.kind == m.get("kind"))
-            and (f.file is None or _search(m.get("site"), f"{f.file}:{f.line}"))
-            and _search(m.get("kernel"), f.kernel_name)]
-    need = int(m.get("min_count", 1))
+            if (not m.kind or f.kind == m.kind)
+            and (f.file is None or _search(m.site, f"{f.file}:{f.line}"))
+            and _search(m.kernel, f.kernel_name)]
+    need = int(m.min_count)
     if len(hits) < need:
         return Match(m, False, detail=f"{len(hits)} matching finding(s) printed, {need} needed", count=len(hits))
     first = hits[0]
     quoted = tuple(first.raw_lines[:4])
     site = f"{first.file}:{first.line}" if first.file else f"{first.kernel_name}{first.offset or ''}"
-    unchecked = m.get("site") is not None and first.file is None
+    unchecked = m.site is not None and first.file is None
     detail = f"{len(hits)} printed finding(s) of kind {first.kind} at {site}"
     if unchecked:
         detail += " (no file:line in the output: the site pattern could not be checked; build with -lineinfo)"
@@ -63,14 +63,14 @@ def _sanitizer(m: Matcher, obs: Observations) -> Match:
 
 def _abort(m: Matcher, obs: Observations) -> Match:
     for info in obs.aborts:
-        if m.get("kind") and info.kind != m.get("kind"):
+        if m.kind and info.kind != m.kind:
             continue
         head = " ".join(x for x in (info.message, info.detail or "") if x)
-        if not _search(m.get("message"), head):
+        if not _search(m.message, head):
             continue
         trace_hit = None
-        if m.get("backtrace"):
-            trace_hit = next((t for t in info.backtrace if re.search(m.get("backtrace"), t)), None)
+        if m.backtrace:
+            trace_hit = next((t for t in info.backtrace if re.search(m.backtrace, t)), None)
             if trace_hit is None:
                 continue
         quoted = tuple(x for x in (info.message, info.detail, trace_hit) if x)
@@ -83,18 +83,18 @@ def _case(m: Matcher, obs: Observations) -> Match:
     report = obs.backend_ops
     if report is None:
         return Match(m, False, detail="the step has no test-backend-ops output")
-    status = m.get("status", "FAIL")
+    status = m.status
     hits = []
     for case in report.cases:
-        if case.status != status or not _search(m.get("params"), case.params):
+        if case.status != status or not _search(m.params, case.params):
             continue
-        if m.get("metric"):
-            metrics = [x for x in case.metrics if x.name == m.get("metric")
-                       and (m.get("min_value") is None or x.value >= float(m.get("min_value")))]
+        if m.metric:
+            metrics = [x for x in case.metrics if x.name == m.metric
+                       and (m.min_value is None or x.value >= float(m.min_value))]
             if not metrics:
                 continue
         hits.append(case)
-    need = int(m.get("min_count", 1))
+    need = int(m.min_count)
     if len(hits) < need:
         return Match(m, False, detail=f"{len(hits)} case(s) with status {status} matched, {need} needed",
                      count=len(hits))
@@ -108,13 +108,13 @@ def _case_line(case) -> str:
 
 
 def _output(m: Matcher, obs: Observations) -> Match:
-    text = obs.stream(m.get("stream", "combined"))
-    pattern = re.compile(m.get("pattern"), re.M)
+    text = obs.stream(m.stream)
+    pattern = re.compile(m.pattern, re.M)
     lines = [line for line in text.splitlines() if pattern.search(line)]
     if not lines and pattern.search(text):
         lines = [pattern.search(text).group(0)]
     if not lines:
-        return Match(m, False, detail=f"/{m.get('pattern')}/ not found in {m.get('stream', 'combined')}")
+        return Match(m, False, detail=f"/{m.pattern}/ not found in {m.stream}")
     return Match(m, True, quoted=tuple(lines[:MAX_QUOTED]), count=len(lines), detail=f"{len(lines)} line(s) matched")
 
 
@@ -122,11 +122,11 @@ def _exit(m: Matcher, obs: Observations) -> Match:
     last = obs.last
     if last is None:
         return Match(m, False, detail="nothing ran")
-    if m.get("signal"):
-        wanted = int(getattr(signal_module, m.get("signal")))
+    if m.signal:
+        wanted = int(getattr(signal_module, m.signal))
         ok = last.signal == wanted and not last.timed_out and not last.interrupted
     else:
-        ok = last.returncode == int(m.get("code"))
+        ok = last.returncode == int(m.code)
     return Match(m, ok, quoted=(last.describe(),) if ok else (), count=int(ok), detail=last.describe())
 
 

@@ -15,13 +15,35 @@ from kvdiag.registry.sections import Applies, DriftSpec, Requires, ScanSpec, fro
 
 @dataclass(frozen=True)
 class Matcher:
-    """One table of the signature: all of an entry's matchers must match in one run."""
+    """One table of the signature: all of an entry's matchers must match in one run.
+
+    One type for every matcher ``type``: each reads the attributes its type uses (the
+    linter checked the table); ``fields`` is the table as written, for `describe`.
+    """
 
     type: str
-    fields: Mapping[str, Any]
+    fields: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    step: str | None = None          # the repro step it applies to (None: every step)
+    tool: str | None = None          # sanitizer
+    kind: str | None = None          # sanitizer finding kind, or abort kind
+    site: str | None = None          # sanitizer: regex over file:line
+    kernel: str | None = None        # sanitizer: regex over the kernel's name
+    min_count: int = 1               # sanitizer findings, or failing cases
+    message: str | None = None       # abort
+    backtrace: str | None = None     # abort
+    params: str | None = None        # case
+    status: str = "FAIL"             # case
+    metric: str | None = None        # case
+    min_value: float | None = None   # case
+    pattern: str | None = None       # output
+    stream: str = "combined"         # output
+    signal: str | None = None        # exit
+    code: int | None = None          # exit
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.fields.get(key, default)
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> "Matcher":
+        known = {f for f in cls.__dataclass_fields__} - {"type", "fields"}
+        return cls(type=table["type"], fields=dict(table), **{k: v for k, v in table.items() if k in known})
 
     def describe(self) -> str:
         parts = [f"{k}={v!r}" for k, v in self.fields.items() if k != "type"]

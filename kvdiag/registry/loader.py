@@ -85,7 +85,7 @@ def build_entry(raw: RawEntry) -> Entry:
         applies=from_table(Applies, d.get("applies")),
         requires=from_table(Requires, d.get("requires")),
         steps=tuple(_build_step(s) for s in d.get("repro", ())),
-        signature=tuple(Matcher(type=m["type"], fields=dict(m)) for m in d.get("signature", ())),
+        signature=tuple(Matcher.from_table(m) for m in d.get("signature", ())),
         scan=from_table(ScanSpec, d["scan"]) if d.get("scan") is not None else None,
         drift=from_table(DriftSpec, d["drift"]) if d.get("drift") is not None else None,
         probes=tuple(d.get("probes", ())),

@@ -75,7 +75,7 @@ def _other_facts(entry: Entry, tree: Tree) -> Iterable[tuple[str, Answer]]:
         for name in ctest_names(step.command_templates):
             yield f"repro[{s}].argv", tree.test(name)
     for i, matcher in enumerate(entry.signature):
-        name = site_file_name(matcher.get("site"))
+        name = site_file_name(matcher.site)
         if name:
             yield f"signature[{i}].site", _file_named(tree, name)
 

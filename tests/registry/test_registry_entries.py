@@ -154,8 +154,8 @@ def test_d1_runs_hsk320_bare_and_records_the_arch(entries):
     assert step.vars["params"] == "hsk=320" and step.sanitizer is None
     assert d1.applies.cc_min is None and d1.applies.cc_max is None
     abort, output = d1.signature
-    assert abort.get("kind") == "ggml-abort"
-    assert re.search(output.get("pattern"), "/src/ggml/src/ggml-cuda/fattn.cu:412: fatal error")
+    assert abort.kind == "ggml-abort"
+    assert re.search(output.pattern, "/src/ggml/src/ggml-cuda/fattn.cu:412: fatal error")
 
 
 def test_d3_runs_ten_times_on_a_model_and_stays_apart_from_d2(entries):
@@ -165,9 +165,9 @@ def test_d3_runs_ten_times_on_a_model_and_stays_apart_from_d2(entries):
     assert d3.requires.env == ("LLAMA_KV_MODEL",) and d3.requires.binaries == ("llama-server",)
     assert {"-nkvo", "{{ env.LLAMA_KV_MODEL }}", "-fa"} <= set(step.argv)
     abort, output = d3.signature
-    assert abort.get("kind") == "cuda-error"
-    assert re.search(abort.get("message"), "CUDA error: an illegal memory access was encountered")
-    assert re.search(output.get("pattern"), "  current device: 0, in function ggml_backend_cuda_synchronize at x.cu:1")
+    assert abort.kind == "cuda-error"
+    assert re.search(abort.message, "CUDA error: an illegal memory access was encountered")
+    assert re.search(output.pattern, "  current device: 0, in function ggml_backend_cuda_synchronize at x.cu:1")
     assert "D2" in d3.related and "D3" in entries["D2"].related
     assert "correlat" in d3.section("Not established")
 
@@ -178,7 +178,7 @@ def test_d12_probe_proves_the_exception_path_and_wants_sigill(entries):
     assert "--test-file" in step.argv
     assert re.search(step.expect[0], "  what():  Unable to read test file")
     (exit_matcher,) = d12.signature
-    assert exit_matcher.get("signal") == "SIGILL"
+    assert exit_matcher.signal == "SIGILL"
 
 
 def test_d13_is_a_build_check_with_a_stale_signature(entries):
@@ -240,7 +240,7 @@ def test_d11_selects_exactly_the_sixteen_f16_concat_cases(entries):
     ("D10", "\t  1 - test-upstream-merge-keepers-static (Not Run)", False),
 ])
 def test_output_patterns_against_real_lines(entries, entry_id, line, should_match):
-    patterns = [m.get("pattern") for m in entries[entry_id].signature if m.type == "output"]
+    patterns = [m.pattern for m in entries[entry_id].signature if m.type == "output"]
     assert patterns
     assert bool(re.search(patterns[0], line)) is should_match
 
@@ -248,6 +248,6 @@ def test_output_patterns_against_real_lines(entries, entry_id, line, should_matc
 def test_d8_case_signature_and_drift(entries):
     d8 = entries["D8"]
     (case,) = d8.signature
-    assert (case.get("status"), case.get("metric"), case.get("min_value")) == ("FAIL", "ERR", 1.0)
+    assert (case.status, case.metric, case.min_value) == ("FAIL", "ERR", 1.0)
     assert d8.drift.seeds == ("0", "1", "42") and d8.drift.runs == 3
     assert d8.drift.confirm_min_fails == 1 and d8.drift.confirm_min_err == 1.0

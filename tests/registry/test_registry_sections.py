@@ -48,3 +48,16 @@ def test_defaults_of_keys_left_out():
     drift = from_table(DriftSpec, {"op": "FLASH_ATTN_EXT", "params": ".*", "runs": 3})
     assert (drift.confirm_min_fails, drift.confirm_min_err, drift.seeds) == (1, 0.0, ())
     assert not Applies() and Applies().cmake_values == {}
+
+
+def test_every_matcher_key_the_schema_names_is_an_attribute():
+    from kvdiag.registry.entry import Matcher
+
+    assert set(SECTIONS["signature"].keys) == set(Matcher.__dataclass_fields__) - {"fields"}
+
+
+def test_each_matcher_holds_its_table_as_attributes(entries):
+    for entry in entries:
+        for matcher, table in zip(entry.signature, entry.raw["signature"]):
+            assert dict(matcher.fields) == dict(table)
+            assert all(getattr(matcher, key) == value for key, value in table.items()), (entry.id, table)
