@@ -6,6 +6,9 @@ entry's run adds its :class:`~kvdiag.records.verdict.Outcome`. The rest of a
 kind's keys are kept as they are (``fields``), so a reader of one kind need not
 know the others. ``schema_version`` says which layout a file has: files written
 by kvdiag 0.1.x carry none and read as version 1.
+
+Writers build a record (and move it on with `RunRecord.with_status`); the store's
+`RunDir.write_record` is the one place it becomes run.json.
 """
 
 from __future__ import annotations
