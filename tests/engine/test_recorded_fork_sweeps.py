@@ -60,10 +60,10 @@ def test_the_recorded_sweeps_validate_against_kvdiags_sweep_schema(tmp_path):
 def test_d7_cold_configures_and_compiles_one_object_and_warm_reuses_it(tmp_path):
     cold = load_sweep(unpacked("sweep-fork-cold.json.gz", tmp_path)).outcome("D7")
     warm = load_sweep(unpacked("sweep-fork-warm.json.gz", tmp_path)).outcome("D7")
-    assert (cold["verdict"], warm["verdict"]) == ("not-reproduced", "not-reproduced")
-    assert cold["duration_s"] == 55.672 and warm["duration_s"] < 1.0
-    assert "fattn-mma-kvarn-instance-ncols1_16-ncols2_8.cu.o clean (configured now)" in cold["reason"]
-    assert warm["reason"].startswith("the object(s) were current")
+    assert (cold.verdict.value, warm.verdict.value) == ("not-reproduced", "not-reproduced")
+    assert cold.duration_s == 55.672 and warm.duration_s < 1.0
+    assert "fattn-mma-kvarn-instance-ncols1_16-ncols2_8.cu.o clean (configured now)" in cold.reason
+    assert warm.reason.startswith("the object(s) were current")
     run = json.loads(text("run-D7-cold.run.json.gz"))
     steps = [(c["argv"][0], c["duration_s"]) for a in run["outcome"]["attempts"] for c in a["commands"]]
     assert steps == [("cmake", 3.827), ("ninja", 0.06), ("ninja", 47.836)]  # configure, -t query, the one object
@@ -106,5 +106,5 @@ def test_d13_in_the_recorded_sweeps_is_the_always_run_false_positive(tmp_path):
     assert dry_run[0] == "Provisioning UI assets" and len(dry_run) == 6
     for kind in ("cold", "warm"):
         d13 = load_sweep(unpacked(f"sweep-fork-{kind}.json.gz", tmp_path)).outcome("D13")
-        assert d13["verdict"] == "confirmed"
-        assert d13["attempts"][0]["evidence"]["quoted"][1:] == dry_run[:5]
+        assert d13.verdict.value == "confirmed"
+        assert list(d13.attempts[0].evidence.quoted[1:]) == dry_run[:5]
