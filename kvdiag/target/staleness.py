@@ -121,21 +121,28 @@ def _dry_run(
         # with no known target left, fall back on the default target
 
 
+def _checked_dry_run(tool: str, make_argv, targets: list[str], auto_targets: bool, log_dir: Path,
+                     env_overrides: Mapping[str, str]):
+    """`_dry_run`, with a missing tool or a timeout answered as a build whose currency is unknown.
+
+    Returns (result, targets used, dropped targets), or the Staleness that says why it could not tell.
+    """
+    try:
+        ran = _dry_run(tool, make_argv, targets, auto_targets=auto_targets, log_dir=log_dir,
+                       env_overrides=env_overrides)
+    except CommandNotFound as exc:
+        return not_checked(f"{tool.split()[0]} not found, build currency unknown: {exc}", tool)
+    if ran[0].timed_out:
+        return not_checked(f"{tool} timed out after {STALENESS_TIMEOUT_S:g} s", tool)
+    return ran
+
+
 def _ninja_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path) -> Staleness:
     tool = "ninja -n"
-    try:
-        result, used, dropped = _dry_run(
-            tool,
-            lambda ts: ["ninja", "-C", str(build_dir), "-n", "-d", "explain", *ts],
-            targets,
-            auto_targets=auto,
-            log_dir=log_dir,
-            env_overrides={"NINJA_STATUS": "[%f/%t] ", "LC_ALL": "C"},
-        )
-    except CommandNotFound as exc:
-        return not_checked(f"ninja not found, build currency unknown: {exc}", tool)
-    if result.timed_out:
-        return not_checked(f"ninja -n timed out after {STALENESS_TIMEOUT_S:g} s", tool)
+    ran = _checked_dry_run(tool, lambda ts: ["ninja", "-C", str(build_dir), "-n", "-d", "explain", *ts], targets, auto, log_dir, {"NINJA_STATUS": "[%f/%t] ", "LC_ALL": "C"})
+    if isinstance(ran, Staleness):
+        return ran
+    result, used, dropped = ran
     text = result.combined_text()
     if result.returncode != 0:
         errors = [ln.strip() for ln in text.splitlines() if "error" in ln.lower()]
@@ -197,19 +204,10 @@ def _cmake_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_d
     # always says "out of date". A dry run prints, without running them, the
     # cmake_echo_color commands announcing each step ("Building CUDA object ...").
     tool = "make -n"
-    try:
-        result, used, dropped = _dry_run(
-            tool,
-            lambda ts: ["make", "-n", "--no-print-directory", "-C", str(build_dir), *ts],
-            targets,
-            auto_targets=auto,
-            log_dir=log_dir,
-            env_overrides={"LC_ALL": "C"},
-        )
-    except CommandNotFound as exc:
-        return not_checked(f"make not found, build currency unknown: {exc}", tool)
-    if result.timed_out:
-        return not_checked(f"make -n timed out after {STALENESS_TIMEOUT_S:g} s", tool)
+    ran = _checked_dry_run(tool, lambda ts: ["make", "-n", "--no-print-directory", "-C", str(build_dir), *ts], targets, auto, log_dir, {"LC_ALL": "C"})
+    if isinstance(ran, Staleness):
+        return ran
+    result, used, dropped = ran
     if result.returncode != 0:
         text = result.combined_text()
         errors = [ln.strip() for ln in text.splitlines() if "***" in ln or "error" in ln.lower()]
@@ -239,19 +237,10 @@ def _cmake_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_d
 
 def _plain_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path) -> Staleness:
     tool = "make -q"
-    try:
-        result, used, dropped = _dry_run(
-            tool,
-            lambda ts: ["make", "-q", "-C", str(build_dir), *ts],
-            targets,
-            auto_targets=auto,
-            log_dir=log_dir,
-            env_overrides={"LC_ALL": "C"},
-        )
-    except CommandNotFound as exc:
-        return not_checked(f"make not found, build currency unknown: {exc}", tool)
-    if result.timed_out:
-        return not_checked(f"make -q timed out after {STALENESS_TIMEOUT_S:g} s", tool)
+    ran = _checked_dry_run(tool, lambda ts: ["make", "-q", "-C", str(build_dir), *ts], targets, auto, log_dir, {"LC_ALL": "C"})
+    if isinstance(ran, Staleness):
+        return ran
+    result, used, dropped = ran
     scope = _scope(used, dropped)
     if result.returncode == 0:
         return Staleness(checked=True, stale=False, tool=tool, pending=(), detail=f"make -q: up to date ({scope})")
