@@ -30,6 +30,7 @@ MAX_CASES = 12          # processes at most, on top of the run
 BUDGET_S = 180.0        # seconds at most, on top of the run
 IMPRECISE = "the case after "
 OUTPUT_LINES = 15       # of the case's own output, quoted in the verdict
+MATCHED_LINES = 8       # of those, the most given to the lines that matched the signature
 
 
 @dataclass
@@ -44,7 +45,8 @@ class Attribution:
     wall_s: float = 0.0
     why_not: str | None = None
     log: str | None = None                  # the case's own combined log
-    output: tuple[str, ...] = ()            # its last lines, quoted in the verdict
+    sanitizer_log: str | None = None        # and its sanitizer log, when the step ran under one
+    output: tuple[str, ...] = ()            # its matched lines, then its abort, quoted in the verdict
 
     @property
     def case_string(self) -> str | None:
@@ -61,7 +63,7 @@ class Attribution:
             "aborts": [dict(a) for a in ev.aborts] if ev else [],
             "error_count": ev.error_count if ev else None,
             "exit": ev.exit if ev else None,
-            "log": self.log, "output": list(self.output),
+            "log": self.log, "sanitizer_log": self.sanitizer_log, "output": list(self.output),
         }
 
 
@@ -149,7 +151,9 @@ def attribute_case(entry: Entry, step: Step, target: Target, run_dir: RunDir, or
         if reproduces(original, attempt):
             result.case, result.attempt = case, attempt
             log = run_dir.logs / f"attribute-case{n:03d}.combined.log"
-            result.log, result.output = str(log), tail_lines(log)
+            result.log, result.output = str(log), own_output(attempt, log)
+            sanitizer_log = run_dir.logs / f"attribute-case{n:03d}.sanitizer.log"
+            result.sanitizer_log = str(sanitizer_log) if sanitizer_log.exists() else None
             break
     else:
         if not candidates:
@@ -160,19 +164,66 @@ def attribute_case(entry: Entry, step: Step, target: Target, run_dir: RunDir, or
     return result
 
 
-def tail_lines(path, n: int = OUTPUT_LINES, limit: int = 64 * 1024) -> tuple[str, ...]:
-    """The last ``n`` non-empty lines of a log (at most ``limit`` bytes read from its end)."""
+def own_output(attempt: Attempt, log, n: int = OUTPUT_LINES) -> tuple[str, ...]:
+    """What the case's own run shows, at most ``n`` lines: first the lines that matched the
+    signature in it (the sanitizer's findings, which its own sanitizer log holds, or the abort
+    line), then how the process died (the abort's lines: the CUDA error, its device and call,
+    ggml's ``file:line: message``), then the backtrace's named frames. The log's last lines
+    when it shows neither."""
+    text = _log_tail(log)
+    matched = _distinct(attempt.evidence.quoted)[:MATCHED_LINES]
+    died = _abort_block(text)
+    if not matched and not died:
+        return tail_lines(log, n)
+    out = list(matched)
+    out += [line for line in died if line not in out and line.strip() not in out]
+    return tuple(out[:n])
+
+
+def _distinct(quoted: Sequence[str]) -> list[str]:
+    """Each quoted line once; a bare match ("fatal error") dropped beside the line that holds it."""
+    lines = list(dict.fromkeys(q.rstrip() for q in quoted if q.strip()))
+    return [q for q in lines if not any(q != other and q in other for other in lines)]
+
+
+def _abort_block(text: str) -> list[str]:
+    """The lines of a log that say how its process died, then the backtrace's named frames."""
+    from kvdiag.parse.aborts import backtrace_symbol, is_backtrace, parse_aborts
+
+    events = [e for e in parse_aborts(text) if e.line_no is not None]
+    if not events:
+        return []
+    lines = text.splitlines()
+    first, last = min(e.line_no for e in events), max(e.line_no for e in events)
+    said: list[str] = []
+    for no in range(first, len(lines) + 1):
+        line = lines[no - 1].rstrip()
+        frame = not line.strip() or is_backtrace(line)
+        if frame and no > last:
+            break
+        if not frame:
+            said.append(line)
+    frames = [f for e in events for f in e.backtrace if backtrace_symbol(f)]
+    return said + list(dict.fromkeys(frames))
+
+
+def _log_tail(path, limit: int = 64 * 1024) -> str:
+    """At most ``limit`` bytes from a log's end, without colour codes ("" when unreadable)."""
+    from kvdiag.parse.text import strip_ansi
+
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - limit))
-            text = f.read().decode("utf-8", errors="replace")
+            return strip_ansi(f.read().decode("utf-8", errors="replace"))
     except OSError:
-        return ()
-    from kvdiag.parse.text import strip_ansi
+        return ""
 
-    lines = [line.rstrip() for line in strip_ansi(text).splitlines() if line.strip()]
+
+def tail_lines(path, n: int = OUTPUT_LINES, limit: int = 64 * 1024) -> tuple[str, ...]:
+    """The last ``n`` non-empty lines of a log (at most ``limit`` bytes read from its end)."""
+    lines = [line.rstrip() for line in _log_tail(path, limit).splitlines() if line.strip()]
     return tuple(lines[-n:])
 
 

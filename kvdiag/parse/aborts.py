@@ -122,7 +122,8 @@ def backtrace_symbol(frame: str) -> str | None:
     return None
 
 
-def _is_backtrace(line: str) -> bool:
+def is_backtrace(line: str) -> bool:
+    """A backtrace frame as glibc, gdb/lldb or an unwinder prints it."""
     text = line.strip()
     return bool(_BT_GLIBC.match(text) or _BT_GDB.match(text) or _BT_UNWIND.match(text))
 
@@ -258,7 +259,7 @@ def _on_signal(state: _State, text: str, line_no: int) -> bool:
 
 
 def _on_backtrace(state: _State, text: str, line_no: int) -> bool:
-    if not _is_backtrace(text):
+    if not is_backtrace(text):
         return False
     frame = text.strip()
     if state.bt_owners:

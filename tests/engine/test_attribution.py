@@ -69,6 +69,11 @@ def test_d2_none_printed_under_the_sanitizer_names_the_case(kv):
     assert run.evidence.cases_matched == 0 and run.evidence.exit == "exit 99"
     found = run.outcome.extra["case"]
     assert found["case"] == f"FLASH_ATTN_EXT({D2_CASE})" and found["error_count"] == 2048
+    # its own output: the findings that matched in its sanitizer log first, then how it died
+    assert found["sanitizer_log"].endswith("attribute-case001.sanitizer.log")
+    assert found["output"][0] == "Barrier error detected. Divergent thread(s) in block."
+    assert found["output"][1].startswith("at void flash_attn_ext_f16_process_tile<") and \
+        found["output"][1].endswith("in fattn-mma-f16.cuh:1607")
 
 
 def test_candidates_run_onward_until_the_bound_and_the_verdict_says_so(kv, monkeypatch):
@@ -140,3 +145,31 @@ def test_recorded_walks_that_finish_or_die_unplaced(tmp_path):
     # D2 on the H200: the sanitizer ended the process before any case line (exit 99)
     none_printed = _judged(d2, tmp_path / "c", _recorded("D2-single-case-tty.stdout.log"), returncode=99)
     assert none_printed.evidence.cases_matched == 0 and needs_attribution(d2.default_step, none_printed)
+
+
+def test_own_output_puts_the_matched_lines_first_then_the_abort_and_its_named_frames(tmp_path):
+    from types import SimpleNamespace
+
+    from kvdiag.engine.attribution import own_output
+
+    log = tmp_path / "case.combined.log"
+    log.write_text("Testing 2 devices\n\n"
+                   "CUDA error: an illegal memory access was encountered\n"
+                   "  current device: 0, in function ggml_cuda_op at /src/ggml-cuda.cu:90\n"
+                   "  cudaStreamSynchronize(stream)\n"
+                   "/src/ggml-cuda.cu:96: CUDA error\n"
+                   "/b/libggml-base.so.0(+0x339bb)[0x7f01]\n"
+                   "/b/libggml-base.so.0(ggml_abort+0x15b)[0x7f02]\n"
+                   "/b/libggml-cuda.so.0(+0x6416a1)[0x7f03]\n"
+                   "/b/test-backend-ops(+0xb27b3)[0x5501]\n")
+    said = SimpleNamespace(evidence=SimpleNamespace(quoted=("CUDA error", "/src/ggml-cuda.cu:96: CUDA error",
+                                                            "Invalid __global__ read of size 4")))
+    assert own_output(said, log) == (
+        "/src/ggml-cuda.cu:96: CUDA error", "Invalid __global__ read of size 4",
+        "CUDA error: an illegal memory access was encountered",
+        "  current device: 0, in function ggml_cuda_op at /src/ggml-cuda.cu:90",
+        "  cudaStreamSynchronize(stream)",
+        "/b/libggml-base.so.0(ggml_abort+0x15b)[0x7f02]")
+    log.write_text("".join(f"line {i}\n" for i in range(30)))      # no abort, nothing matched: the tail
+    silent = SimpleNamespace(evidence=SimpleNamespace(quoted=()))
+    assert own_output(silent, log, n=3) == ("line 27", "line 28", "line 29")
