@@ -196,6 +196,7 @@ def test_g11_the_sandbox_refuses_a_payload_even_if_lint_is_bypassed(kv: Faults):
 # --------------------------------------------------------------------------- every descendant ends with its run
 
 @pytest.mark.parametrize("command, sig, code", [
+    ("run", signal.SIGINT, 130),
     ("run", signal.SIGTERM, 143),
     ("run", signal.SIGHUP, 129),
     ("sweep", signal.SIGINT, 130),
