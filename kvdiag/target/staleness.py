@@ -29,6 +29,7 @@ from kvdiag.parse.text import first_line
 from kvdiag.proc.runner import CommandNotFound, run_command
 from kvdiag.target.make_depfiles import unconsolidated_causes
 from kvdiag.target.ninja_explain import DirtyCause, classify_causes, dirty_nodes
+from kvdiag.target.ninja_log import log_conflict
 from kvdiag.target.ninja_recheck import recheck_behind
 
 STALENESS_TIMEOUT_S = 60.0
@@ -139,6 +140,9 @@ def _checked_dry_run(tool: str, make_argv, targets: list[str], auto_targets: boo
 
 def _ninja_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path) -> Staleness:
     tool = "ninja -n"
+    conflict = log_conflict(build_dir)
+    if conflict:
+        return not_checked(conflict, tool)
     ran = _checked_dry_run(tool, lambda ts: ["ninja", "-C", str(build_dir), "-n", "-d", "explain", *ts], targets, auto, log_dir, {"NINJA_STATUS": "[%f/%t] ", "LC_ALL": "C"})
     if isinstance(ran, Staleness):
         return ran
