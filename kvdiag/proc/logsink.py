@@ -26,6 +26,11 @@ class LogSink:
     def __init__(self, log_dir: Path, name: str, tty: bool,
                  on_output: Callable[[str, str], None] | None):
         self.paths = log_paths(log_dir, name)
+        # An earlier command of the same name may have left its stdout (or stderr) log as a hard
+        # link to its combined log (_share_single_stream): opening both again would make two
+        # handles write one file. New files, never the old inodes.
+        for path in self.paths.values():
+            path.unlink(missing_ok=True)
         # buffering=0: every write is a write(2); a kill of kvdiag loses nothing written.
         self.files = {k: open(p, "wb", buffering=0) for k, p in self.paths.items()}
         self.partial = {"stdout": b"", "stderr": b""}

@@ -399,3 +399,17 @@ def test_quiet_timeout_spares_a_command_that_keeps_printing_and_stops_it_once_si
     assert r.stdout_text().count("line ") >= 10
     assert r.describe().startswith("timed out: no output for 0.8 s, ")
     assert cmd_json(log_dir, "quiet")["result"]["timed_out"] is True
+
+
+def test_a_name_used_again_gets_new_log_files_not_the_earlier_hard_link(log_dir):
+    # The first command prints on stdout only, so its stdout log is kept as a hard link to
+    # its combined log. A second command of the same name must not write through that link:
+    # its stdout log holds its stdout alone (before the fix it also held the stderr line).
+    only_out = [sys.executable, "-c", "print('first')"]
+    run_command(only_out, timeout=20, log_dir=log_dir, name="again")
+    both = [sys.executable, "-c",
+            "import sys, time; print('out', flush=True); time.sleep(0.3); print('err', file=sys.stderr, flush=True)"]
+    r = run_command(both, timeout=20, log_dir=log_dir, name="again")
+    assert r.stdout_text() == "out\n"
+    assert (log_dir / "again.stderr.log").read_text() == "err\n"
+    assert (log_dir / "again.combined.log").read_text() == "out\nerr\n"
