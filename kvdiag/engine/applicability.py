@@ -42,6 +42,9 @@ class Judgement:
     reason: str
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    # what a not-applicable rests on: "build" (this build's configuration or GPU: no CUDA, an arch out of
+    # range) or "source" (the tree lacks the feature: an option, a file, a test, an op, a flag)
+    basis: str | None = None
 
 
 def _cc(text: str) -> tuple[int, int]:
@@ -51,6 +54,21 @@ def _cc(text: str) -> tuple[int, int]:
 
 def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
     """First false `applies` condition (or None), and notes on those that could not be judged."""
+    reason, notes, _ = _applies(entry, facts)
+    return reason, notes
+
+
+def _applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str], str | None]:
+    """First false condition, the notes, and its basis: "build" or "source" (see Judgement.basis)."""
+    reason, notes = _build_conditions(entry, facts)
+    if reason:
+        return reason, notes, "build"
+    reason, more = _source_conditions(entry, facts)
+    return reason, notes + more, "source" if reason else None
+
+
+def _build_conditions(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
+    """The GPU's arch and the build's configured values: what this build is, whatever its source."""
     applies = entry.applies
     notes: list[str] = []
     build = facts.build
@@ -63,16 +81,27 @@ def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
             return f"compute capability {cc[0]}.{cc[1]} is below {applies.cc_min}", notes
         if applies.cc_max and cc > _cc(applies.cc_max):
             return f"compute capability {cc[0]}.{cc[1]} is above {applies.cc_max}", notes
+    for option, wanted in applies.cmake_values.items():
+        if not has_cache:
+            notes.append(f"no CMakeCache.txt: could not check {option}={wanted}")
+        elif option not in build.options and option in applies.cmake_options:
+            continue    # the option itself is absent: a source fact, said below
+        elif str(build.options.get(option, "")).upper() != str(wanted).upper():
+            return f"the build has {option}={build.options.get(option, 'unset')}, the defect needs {wanted}", notes
+    return None, notes
+
+
+def _source_conditions(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
+    """What the tree has: options, files, tests, ops, flags. Absent means the feature is not in the source."""
+    applies = entry.applies
+    notes: list[str] = []
+    build = facts.build
+    has_cache = build is not None and build.cache_path is not None
     for option in applies.cmake_options:
         if not has_cache:
             notes.append(f"no CMakeCache.txt: could not check for option {option}")
         elif option not in build.options:
             return f"the build has no {option} option (the feature does not exist in this tree)", notes
-    for option, wanted in applies.cmake_values.items():
-        if not has_cache:
-            notes.append(f"no CMakeCache.txt: could not check {option}={wanted}")
-        elif str(build.options.get(option, "")).upper() != str(wanted).upper():
-            return f"the build has {option}={build.options.get(option, 'unset')}, the defect needs {wanted}", notes
     reason = _tree_facts(entry, build, notes)
     if reason:
         return reason, notes
@@ -186,11 +215,11 @@ def check_model_keys(keys, model: str | None) -> str | None:
 
 def judge_applicability(entry: Entry, step: Step, facts: Facts) -> Judgement:
     try:
-        reason, notes = check_applies(entry, facts)
+        reason, notes, basis = _applies(entry, facts)
     except FactMismatch as exc:
         return Judgement("inconclusive", str(exc))
     if reason:
-        return Judgement("not-applicable", reason, tuple(notes))
+        return Judgement("not-applicable", reason, tuple(notes), basis=basis)
     missing, warnings = check_requires(entry, step, facts)
     if missing:
         return Judgement("skipped", missing, tuple(notes), tuple(warnings))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.proc.runner import run_command
@@ -120,12 +120,17 @@ def run_drift(binary, run_dir: RunDir, *, op: str, params: str, runs: int, seeds
     return result
 
 
-def judge_drift(result: DriftResult, criterion: DriftSpec | None) -> tuple[str, str]:
-    """A verdict from the entry's drift criterion (or a plain summary without one)."""
+def judge_drift(result: DriftResult, criterion: DriftSpec | None,
+                absent: Callable[[str], tuple[str, str]] | None = None) -> tuple[str, str]:
+    """A verdict from the entry's drift criterion (or a plain summary without one).
+
+    ``absent``: how an entry's affected range judges "no case matched" (engine.presence); without
+    an entry there is no defect to place, and nothing matching is not-applicable."""
     # A process that died or timed out is not "nothing matched", and its cases ran fewer times.
     unfinished = [r for r in result.run_results if r.get("finished") is False]
     if result.matched == 0 and not unfinished:
-        return "not-applicable", f"no {result.op} case matches /{result.params}/ in this build (0 cases)"
+        why = f"no {result.op} case matches /{result.params}/ in this build (0 cases)"
+        return absent(why) if absent is not None else ("not-applicable", why)
     failing = [c for c in result.cases.values() if c.fails]
     if criterion:
         need_fails = int(criterion.confirm_min_fails)

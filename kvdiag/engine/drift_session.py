@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag.engine.drift import DriftResult, judge_drift, run_drift
+from kvdiag.engine.ranges import range_evidence
 from kvdiag.errors import ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.progress import Progress
@@ -15,6 +16,7 @@ from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore
 from kvdiag.target.build import inspect_build, probe_backend_ops
 from kvdiag.target.gpu import fingerprint_gpu
+from kvdiag.target.history import TreeHistory
 
 
 @dataclass(frozen=True)
@@ -50,11 +52,29 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
     seeds = criterion.seeds if criterion else ()
     result = run_drift(binary, run_dir, op=op, params=params, runs=runs, seeds=seeds, has_seed=info.has_seed,
                        progress=progress)
-    verdict, reason = judge_drift(result, criterion)
+    presence = None
+    if entry is not None:
+        git = build.git
+        presence = range_evidence(entry, TreeHistory(build.source_dir, run_dir.logs), dirty=bool(git and git.dirty))
+    verdict, reason = judge_drift(result, criterion, _absent(entry, op, params, presence) if entry else None)
     data = {"entry": entry.id if entry else None, "verdict": verdict, "reason": reason, "build": build.to_dict(),
-            "drift": result.to_dict()}
+            "drift": result.to_dict(), **({"range": presence.to_dict()} if presence is not None else {})}
     run_dir.write_record(running.with_status("finished", **{k: v for k, v in data.items() if k != "entry"}))
     return DriftSession(result, verdict, reason, data, run_dir.path, _seed_note(info, seeds))
+
+
+def _absent(entry: Entry, op: str, params: str, presence):
+    """"No case matched", judged by the entry's affected range (engine.presence)."""
+    from dataclasses import replace
+
+    from kvdiag.engine.presence import unexercised
+
+    step = replace(entry.default_step, vars={"op": op, "params": params}, exercise_probe=None)
+
+    def judged(why: str) -> tuple[str, str]:
+        verdict, reason = unexercised(entry, step, why, presence)
+        return verdict.value, reason
+    return judged
 
 
 def _seed_note(info, seeds) -> str:

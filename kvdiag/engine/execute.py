@@ -21,6 +21,7 @@ from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
 from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
+from kvdiag.engine.presence import after_running, before_running
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
 from kvdiag.engine.wrapping import sanitizer_invocation
@@ -92,19 +93,22 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         "kvdiag_version": __version__, "step": step.name, "target": target.to_dict(),
         "overrides": dict(options.overrides)})
     run_dir.write_record(header)
+    presence = target.range_evidence(entry)
     judgement = judge_applicability(entry, step, target.facts())
-    warnings = list(judgement.warnings) + list(judgement.notes)
+    warnings = list(judgement.warnings) + list(judgement.notes) + list(presence.notes)
     if target.build is not None and target.build.staleness.stale:
         warnings.append(f"the build is stale against its sources ({target.build.staleness.pending_count} "
                         f"step(s) pending, {target.build.staleness.tool}): results may not reflect the source")
     if judgement.verdict is not None:
-        outcome = Outcome(entry.id, Verdict(judgement.verdict), judgement.reason, (), tuple(warnings), step.name,
-                          time.monotonic() - started)
+        verdict, reason = before_running(judgement, presence)
+        outcome = Outcome(entry.id, verdict, reason, (), tuple(warnings), step.name, time.monotonic() - started,
+                          range=presence)
         _finish(run_dir, header, outcome)
         return outcome
     if options.skip_builds and compiles(step):
         outcome = Outcome(entry.id, Verdict.SKIPPED, f"its step {step.name!r} compiles code: build checks "
-                          "skipped (--skip-builds)", (), tuple(warnings), step.name, time.monotonic() - started)
+                          "skipped (--skip-builds)", (), tuple(warnings), step.name, time.monotonic() - started,
+                          range=presence)
         _finish(run_dir, header, outcome)
         return outcome
     attempts: list[Attempt] = []
@@ -124,7 +128,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
             verdict, reason = aggregate([a for a in attempts if a.verdict is Verdict.CONFIRMED])
             reason += f" (interrupted during run {len(attempts)} of {n})"
         outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(warnings), step.name,
-                          time.monotonic() - started, {"interrupted": True})
+                          time.monotonic() - started, {"interrupted": True}, range=presence)
         _finish(run_dir, header, outcome)
         raise RunInterrupted(outcome) from None
     except KvdiagError:
@@ -135,7 +139,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         write_atomic(run_dir.path / "error.txt", traceback.format_exc())
         outcome = Outcome(entry.id, Verdict.ERROR, f"kvdiag failed while running the step: {type(exc).__name__}: "
                           f"{exc} (traceback in {run_dir.path / 'error.txt'})", tuple(attempts), tuple(warnings),
-                          step.name, time.monotonic() - started)
+                          step.name, time.monotonic() - started, range=presence)
         _finish(run_dir, header, outcome)
         return outcome
     verdict, reason = aggregate(attempts)
@@ -152,8 +156,10 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     if verdict is Verdict.CONFIRMED and any(
             a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
         warnings.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
+    reason, warnings = after_running(verdict, reason, warnings, presence)
     outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings)), step.name,
-                      time.monotonic() - started, {**extra, **({"interrupted": True} if interrupted else {})})
+                      time.monotonic() - started, {**extra, **({"interrupted": True} if interrupted else {})},
+                      range=presence)
     _finish(run_dir, header, outcome)
     if interrupted:
         raise RunInterrupted(outcome)
@@ -272,7 +278,8 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
     obs = observe(step, results, sanitizer_logs, budget)
     duration = time.monotonic() - started
     # The gate is lazy: only a would-be not-reproduced consults it (it may cost a canary run).
-    return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, duration, str(run_dir.logs))
+    return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, duration, str(run_dir.logs),
+                         presence=target.range_evidence(entry))
 
 
 def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
@@ -311,7 +318,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
         progress.stop()
     obs = observe(step, [result], sanitizer_logs)
     return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index,
-                         time.monotonic() - started, str(run_dir.logs))
+                         time.monotonic() - started, str(run_dir.logs), presence=target.range_evidence(entry))
 
 
 def _attempt_compile(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,

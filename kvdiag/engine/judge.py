@@ -3,7 +3,12 @@
 1. every signature matcher matched → confirmed (quoting the matched lines);
 2. interrupted or timed out → inconclusive (the partial logs are kept);
 3. the sanitizer did not finish its report, or reported its own failure → inconclusive;
-4. backend-ops: no matching case executed → not-applicable (0 matched, or all not supported);
+4. backend-ops: no matching case executed. All of them "not supported" → not-applicable (the
+   backend refuses them, so the defect's kernel is never reached). None, or fewer than
+   ``min_cases`` → not-applicable only when the entry's affected range says the defect
+   cannot be in this tree (fixed, or outside every range); inside a range, or when the
+   range cannot place the tree, → inconclusive: nothing ran, and nothing shows the
+   defect absent (engine.presence says what would exercise it);
 5. the path did not run as a healthy build runs it (`expect` not seen, a different
    abort, an unexpected exit, other sanitizer findings) → inconclusive, showing what happened;
 6. the detector's control has not passed on this machine → inconclusive;
@@ -18,9 +23,11 @@ from typing import Callable, Sequence
 from kvdiag.controls.gate import Gate
 from kvdiag.engine.matchers import Match, match
 from kvdiag.engine.observe import Observations
+from kvdiag.engine.presence import unexercised, with_range
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.sanitizer import instantiations, site_label
 from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
+from kvdiag.records.ranges import RangeEvidence
 from kvdiag.registry.entry import Entry, Matcher
 
 
@@ -29,18 +36,19 @@ def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:
 
 
 def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gate], index: int,
-                  duration_s: float, log_dir: str | None = None) -> Attempt:
+                  duration_s: float, log_dir: str | None = None, presence: RangeEvidence | None = None) -> Attempt:
     """The attempt's verdict. ``gate`` may be a callable: it is only consulted (and a
-    control only run) when the verdict would otherwise be not-reproduced."""
+    control only run) when the verdict would otherwise be not-reproduced. ``presence``: what
+    the entry's affected ranges say about the tree (None: not evaluated, which places nothing)."""
     matches = [match(m, obs) for m in matchers_for(entry, obs.step.name)]
-    verdict, reason = _decide(entry, obs, matches, gate)
+    verdict, reason = _decide(entry, obs, matches, gate, presence)
     evidence = extract_evidence(obs, matches)
     return Attempt(step=obs.step.name, index=index, verdict=verdict, reason=reason, evidence=evidence,
                    commands=tuple(r.to_dict() for r in obs.results), duration_s=duration_s, log_dir=log_dir)
 
 
 def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
-            gate: Gate | Callable[[], Gate]) -> tuple[Verdict, str]:
+            gate: Gate | Callable[[], Gate], presence: RangeEvidence | None) -> tuple[Verdict, str]:
     if matches and all(m.matched for m in matches):
         return Verdict.CONFIRMED, "; ".join(m.detail for m in matches)
     if obs.interrupted:
@@ -65,9 +73,12 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
     if problem:
         return Verdict.INCONCLUSIVE, problem
     if step.kind == "backend-ops":
-        na = _no_cases(obs)
-        if na:
-            return Verdict.NOT_APPLICABLE, na
+        refused = _all_refused(obs)
+        if refused:
+            return Verdict.NOT_APPLICABLE, with_range(refused, presence)
+        none_ran = _no_cases(obs)
+        if none_ran:
+            return unexercised(entry, obs.step, none_ran, presence)
     odd = _abnormal(obs)
     if odd:
         return Verdict.INCONCLUSIVE, odd
@@ -89,20 +100,33 @@ def _sanitizer_problem(obs: Observations) -> str | None:
     return None
 
 
+def _quiet_walk(obs: Observations) -> bool:
+    """The walk ended normally without starting a case it did not finish: its counts mean what they say."""
+    report = obs.backend_ops
+    if report is not None and report.running_case is not None:
+        return False  # a case started: whatever happened is not "nothing matched"
+    return not _abnormal(obs)  # a death or misbehaviour (maybe in an unprinted case): rule 5 shows that
+
+
+def _all_refused(obs: Observations) -> str | None:
+    """Every matching case printed `not supported`: the backend refuses them, its kernel never runs."""
+    report = obs.backend_ops
+    matched = len(report.cases) if report else 0
+    if matched and report.executed == 0 and _quiet_walk(obs):
+        return f"all {matched} matching case(s) are not supported by this backend"
+    return None
+
+
 def _no_cases(obs: Observations) -> str | None:
+    """Why too few matching cases ran (none listed, or fewer than ``min_cases``), or None."""
     report = obs.backend_ops
     params = obs.step.vars.get("params", "")
     matched = len(report.cases) if report else 0
     executed = report.executed if report else 0
-    running = report.running_case if report else None
-    if running is not None:
-        return None  # a case started: whatever happened is not "nothing matched"
-    if _abnormal(obs):
-        return None  # it died or misbehaved (maybe in a case it never got to print): rule 5 shows that
+    if not _quiet_walk(obs):
+        return None
     if matched == 0:
         return f"no {obs.step.vars.get('op', '')} test case matches /{params}/ in this build (0 cases)"
-    if matched and executed == 0:
-        return f"all {matched} matching case(s) are not supported by this backend"
     if 0 < executed < obs.step.min_cases:
         return f"only {executed} matching case(s) executed, {obs.step.min_cases} needed"
     return None

@@ -59,6 +59,7 @@ class ScanResult:
     processes: int = 0                    # test-backend-ops processes started (batches and single cases)
     batches: list[dict[str, Any]] = field(default_factory=list)
     run_dir: Path | None = None           # where the scan's run.json and logs are
+    range: Any = None                     # RangeEvidence: what the entry's affected ranges say about the tree
 
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
         return [(p, a) for p, a in self.results.items() if a.verdict is verdict]
@@ -112,6 +113,7 @@ class ScanResult:
             "instantiations": self.instantiations(),
             "counts": {v.value: len(self.by_verdict(v)) for v in Verdict},
             "devices": self.per_device(),
+            **({"range": self.range.to_dict()} if self.range is not None else {}),
         }
 
     def ran_alone(self) -> int:

@@ -137,7 +137,8 @@ def run_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, numb
             out.again.append(case)
             continue
         obs = observe_segment(bstep, text, split, segment)
-        attempt = judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, share, str(run_dir.logs))
+        attempt = judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, share, str(run_dir.logs),
+                                presence=target.range_evidence(entry))
         out.resolved[case] = dataclasses.replace(attempt, commands=(_command_record(result, segment),),
                                                  device=device)
     if out.again:

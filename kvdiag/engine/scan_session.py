@@ -40,6 +40,12 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
             "target": target.to_dict(), "verdict": judgement.verdict, "reason": reason}))
         raise ScanNotRun(judgement.verdict, reason)
     space = enumerate_cases(target, op, params, run_dir)
+    presence = target.range_evidence(entry)
+    if not space.supported:
+        verdict, reason = _nothing_to_scan(entry, step, space, presence)
+        run_dir.write_record(RunRecord(entry=entry.id, status="finished", kind="scan", fields={
+            "target": target.to_dict(), "verdict": verdict.value, "reason": reason, "range": presence.to_dict()}))
+        raise ScanNotRun(verdict.value, f"{entry.id} has nothing to scan here: {verdict.value}: {reason}")
     chosen = select_devices(target.gpu.devices, devices)
     device = chosen[0] if chosen else target.first_device
     batched = batch != 1 and batchable(scan_step(entry))
@@ -64,11 +70,26 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
         raise
     finally:
         progress.end()
+    result.range = presence
     data = result.to_dict()
     status = "interrupted" if result.interrupted else "finished"   # the cases it has are kept either way
     run_dir.write_record(RunRecord(entry=entry.id, status=status, kind="scan",
                                    fields={"target": target.to_dict(), "scan": data}))
     return dataclasses.replace(result, run_dir=run_dir.path)
+
+
+def _nothing_to_scan(entry: Entry, step, space, presence):
+    """The verdict of a case space without a supported case: refused by the backend (not-applicable),
+    or empty, which the affected range judges (engine.presence)."""
+    from kvdiag.engine.presence import unexercised, with_range
+    from kvdiag.engine.verdict import Verdict
+
+    if space.listed:
+        return Verdict.NOT_APPLICABLE, with_range(f"all {len(space.listed)} matching case(s) are not supported by "
+                                                  f"this backend", presence)
+    scanned = dataclasses.replace(step, vars={**step.vars, "op": space.op, "params": space.params})
+    return unexercised(entry, scanned, f"no {space.op} case matches /{space.params}/ in this build (0 cases)",
+                       presence)
 
 
 def default_workers(device, n_devices: int, batched: bool) -> int:

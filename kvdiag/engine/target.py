@@ -15,6 +15,7 @@ from typing import Any, Callable
 from kvdiag.engine.applicability import Facts
 from kvdiag.proc.sanitizer import find_sanitizer
 from kvdiag.target.build import find_binaries, inspect_build, probe_backend_ops, probe_help
+from kvdiag.target.history import TreeHistory
 from kvdiag.target.host import fingerprint_environment
 from kvdiag.target.memo import binary_key, environment_key, memoised
 
@@ -26,6 +27,7 @@ class Target:
     sanitizer: Path | None
     backend_ops: Any               # BackendOpsInfo | None
     server_help: Callable[[], str | None] | None = None   # llama-server --help, asked for only when needed
+    history: Any = None            # TreeHistory of the build's source tree (git asked only when a range is)
 
     @property
     def gpu(self):
@@ -47,6 +49,13 @@ class Target:
             backend_ops_help=self.backend_ops.help_text if self.backend_ops else None,
             server_help=self.server_help,
         )
+
+    def range_evidence(self, entry) -> Any:
+        """What the entry's affected ranges say about this build's source tree (memoised)."""
+        from kvdiag.engine.ranges import range_evidence
+
+        git = self.build.git if self.build is not None else None
+        return range_evidence(entry, self.history, dirty=bool(git is not None and git.dirty))
 
     def device_key(self) -> str:
         device = self.first_device
@@ -103,8 +112,9 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
         backend_ops = ops_future.result() if ops_future is not None else None
     server = binaries.get("llama-server")
     server_help = _lazy_help(server, log_dir, home) if server is not None else None
+    history = TreeHistory(build.source_dir if build is not None else None, log_dir)
     return Target(build=build, environment=environment, sanitizer=found_sanitizer, backend_ops=backend_ops,
-                  server_help=server_help)
+                  server_help=server_help, history=history)
 
 
 def _lazy_help(binary: Path, log_dir: Path, home: Path | None) -> Callable[[], str | None]:

@@ -3,8 +3,10 @@
 The six verdicts are distinct on purpose (see docs/verdicts.md): `confirmed`
 needs the signature to have matched in this run's output; `not-reproduced`
 needs matching work to have executed *and* the detector's control to have
-passed on this machine; zero matched cases is `not-applicable`; anything else
-that went wrong is `inconclusive`, showing what happened.
+passed on this machine; zero matched cases is `not-applicable` only where the
+entry's affected range (``Outcome.range``) or the source says the defect cannot be
+there, and `inconclusive` otherwise; anything else that went wrong is
+`inconclusive`, showing what happened.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from enum import Enum
 from typing import Any, Iterable, Mapping
 
 from kvdiag.exitcodes import ExitCode
+from kvdiag.records.ranges import RangeEvidence
 
 __all__ = ["Attempt", "Evidence", "Outcome", "Verdict", "aggregate"]
 
@@ -110,6 +113,7 @@ class Outcome:
     step: str | None = None
     duration_s: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    range: RangeEvidence | None = None        # what the entry's affected ranges say about the judged tree
 
     @property
     def k(self) -> int:
@@ -124,20 +128,26 @@ class Outcome:
         return f"{self.k}/{self.n}" if self.n else "-"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "entry": self.entry_id, "verdict": self.verdict.value, "reason": self.reason,
             "k": self.k, "n": self.n, "step": self.step, "warnings": list(self.warnings),
             "duration_s": round(self.duration_s, 3),
             "attempts": [a.to_dict() for a in self.attempts], "extra": _plain(dict(self.extra)),
         }
+        if self.range is not None:
+            data["range"] = self.range.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Outcome":
-        """The outcome ``to_dict`` wrote (``k`` and ``n`` are recomputed from the attempts)."""
+        """The outcome ``to_dict`` wrote (``k`` and ``n`` are recomputed from the attempts); files
+        written before outcomes carried ``range`` read with None."""
+        rng = data.get("range")
         return cls(entry_id=data["entry"], verdict=Verdict(data["verdict"]), reason=data.get("reason", ""),
                    attempts=tuple(Attempt.from_dict(a) for a in data.get("attempts") or ()),
                    warnings=tuple(data.get("warnings") or ()), step=data.get("step"),
-                   duration_s=float(data.get("duration_s") or 0.0), extra=dict(data.get("extra") or {}))
+                   duration_s=float(data.get("duration_s") or 0.0), extra=dict(data.get("extra") or {}),
+                   range=RangeEvidence.from_dict(rng) if isinstance(rng, Mapping) else None)
 
 
 def aggregate(attempts: Iterable[Attempt]) -> tuple[Verdict, str]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from kvdiag.registry.ranges import GitRange
 from kvdiag.registry.sections import Applies, DriftSpec, Requires, ScanSpec, from_table
 
 
@@ -78,6 +79,7 @@ class Step:
     requires_binaries: tuple[str, ...] | None = None   # None: the entry's requires.binaries
     cmake_defines: Mapping[str, str] = field(default_factory=dict)   # compile: the scratch configure's -D options
     sources: tuple[str, ...] = ()                                    # compile: translation units to build
+    exercise_probe: str | None = None   # backend-ops: the probe that adds this step's cases to a tree lacking them
 
     @property
     def command_templates(self) -> tuple[tuple[str, ...], ...]:
@@ -120,6 +122,11 @@ class Entry:
             value = getattr(self, name)
             if isinstance(value, Mapping):
                 object.__setattr__(self, name, from_table(cls, value))
+
+    @property
+    def ranges(self) -> tuple[GitRange, ...]:
+        """The ``[[affected]]`` tables as OSV GIT ranges."""
+        return tuple(GitRange.from_table(t) for t in self.affected)
 
     @property
     def number(self) -> int:

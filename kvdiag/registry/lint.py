@@ -113,6 +113,11 @@ def _check_value(value: Any, spec: schema.Key) -> str | None:
         bad = [v for v in value if spec.enum and v not in spec.enum]
         if bad:
             return f"{', '.join(map(repr, bad))} not in {', '.join(spec.enum)}"
+    elif kind == "commits":
+        if isinstance(value, str):
+            return None
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            return "must be a commit id or a non-empty array of commit ids"
     elif kind == "regex":
         return _check_regex(value)
     elif kind == "regexes":
@@ -188,6 +193,7 @@ def _lint_consistency(raw: RawEntry, add) -> None:
     elif raw.path.stem != defect["id"]:
         add("defect.id", f"{defect['id']!r} does not match the file name {raw.path.name}")
     _lint_osv(data, add)
+    _lint_ranges(data, add)
     steps = data.get("repro", [])
     step_names = [s["name"] for s in steps]
     for dup in {n for n in step_names if step_names.count(n) > 1}:
@@ -210,9 +216,16 @@ def _lint_consistency(raw: RawEntry, add) -> None:
     scan = data.get("scan")
     if scan and scan["step"] not in step_names:
         add("scan.step", f"no repro step named {scan['step']!r}")
+    probe_names = [p["name"] for p in data.get("probes", [])]
     for i, probe in enumerate(data.get("probes", [])):
         if not resources.data_path(probe["file"]).is_file():
             add(f"probes[{i}].file", f"dangling: {probe['file']} does not exist")
+    for i, step in enumerate(steps):
+        named = step.get("exercise_probe")
+        if named is not None and named not in probe_names:
+            add(f"repro[{i}].exercise_probe", f"no [[probes]] table of this entry is named {named!r}")
+        if named is not None and step["kind"] != "backend-ops":
+            add(f"repro[{i}].exercise_probe", "only backend-ops steps count cases")
     if not raw.body.strip():
         add("(body)", "the Markdown body is empty: root cause, trigger, what is established")
 
@@ -229,6 +242,15 @@ def _lint_osv(data: dict[str, Any], add) -> None:
         if isinstance(ref, dict) and reference_type(str(ref.get("type"))) not in REFERENCE_TYPES:
             add(f"references[{i}].type", f"{ref.get('type')!r} is not an OSV reference type "
                                          f"({', '.join(REFERENCE_TYPES)}, or SEED)")
+
+
+def _lint_ranges(data: dict[str, Any], add) -> None:
+    """Each ``[[affected]]`` range: a known repository, full commit ids, OSV's rules on events."""
+    from kvdiag.registry.ranges import range_problems
+
+    for i, table in enumerate(data.get("affected", [])):
+        for key, message in range_problems(table):
+            add(f"affected[{i}].{key}", message)
 
 
 def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> None:

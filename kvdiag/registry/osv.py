@@ -11,7 +11,8 @@ databases, so the schema's ``id`` pattern rejects it.
 is a link, and links are ``references``. `alias_problem` is the rule, and
 ``kvdiag registry lint`` applies it to the registry's sources, so an export
 never has to drop anything. OSV's GIT ranges carry commit events; kvdiag's
-``affected`` tables map onto them one to one.
+``affected`` tables map onto them one to one (`GitRange.events`: every introduced,
+fixed, last_affected and limit commit, in that order).
 """
 
 from __future__ import annotations
@@ -56,15 +57,11 @@ def reference_type(kind: str) -> str:
 
 def entry_to_osv(entry: Entry) -> dict[str, Any]:
     affected = []
-    for rng in entry.affected:
-        events: list[dict[str, str]] = [{"introduced": rng["introduced"]}]
-        for key in ("fixed", "last_affected"):
-            if rng.get(key):
-                events.append({key: rng[key]})
+    for rng in entry.ranges:
         affected.append({
-            "package": {"name": rng["repo"].rstrip("/").split("/")[-1], "ecosystem": "GIT"},
-            "ranges": [{"type": "GIT", "repo": rng["repo"], "events": events}],
-            "database_specific": {"note": rng.get("note", "")},
+            "package": {"name": rng.repo.rstrip("/").split("/")[-1], "ecosystem": "GIT"},
+            "ranges": [{"type": "GIT", "repo": rng.repo, "events": rng.events()}],
+            "database_specific": {"note": rng.note},
         })
     return {
         "schema_version": OSV_SCHEMA_VERSION,

@@ -20,7 +20,7 @@ from kvdiag.constants import SANITIZER_TOOLS
 class Key:
     """One key of a section: its type, whether it is required, and its closed set if any."""
 
-    type: str  # str | int | float | bool | date | list[str] | regex | regexes | argv | argv-list | table | list[table]
+    type: str  # str | int | float | bool | date | list[str] | commits | regex | regexes | argv | argv-list | table | list[table]
     required: bool = False
     enum: tuple[str, ...] = ()
     doc: str = ""
@@ -104,13 +104,17 @@ LOCATION = Section(
 
 AFFECTED = Section(
     many=True,
-    doc="OSV-style GIT ranges: introduced/fixed/last_affected commits per repository.",
+    doc="OSV GIT ranges, one table per range: the commits of its timeline in one repository. A build is judged "
+        "against them by git ancestry (docs/verdicts.md, 'Affected ranges').",
     keys={
-        "repo": _s(required=True),
-        "introduced": _s('Commit, or "0" for from the beginning.', required=True),
-        "fixed": _s(),
-        "last_affected": _s(),
-        "note": _s(),
+        "repo": _s("The repository, as kvdiag/registry/repos.py names it (ggml, llama.cpp, a fork).", required=True),
+        "introduced": Key("commits", required=True, doc='Full commit id(s) that brought the defect in, or "0" '
+                                                          "for from the beginning."),
+        "fixed": Key("commits", doc="Full commit id(s) of the fix (one per branch it was picked to)."),
+        "last_affected": Key("commits", doc="The last commit(s) known to have it, when the fix is unknown "
+                                            "(never together with fixed)."),
+        "limit": Key("commits", doc='The range covers only ancestors of a limit ("*": no limit).'),
+        "note": _s("What is and is not established about these commits."),
     },
 )
 
@@ -211,6 +215,9 @@ STEP = Section(
                                           "tree, e.g. {GGML_CUDA_KVARN = \"ON\"}."),
         "sources": Key("list[str]", doc="compile: the translation units (paths in the source tree) whose objects "
                                         "are built; nothing else is."),
+        "exercise_probe": _s("backend-ops: the entry's probe (a [[probes]] name) that adds the cases this step "
+                             "needs to a tree whose test-backend-ops lacks them; a verdict that finds no case "
+                             "inside an affected range names it."),
     },
 )
 
