@@ -62,8 +62,9 @@ def exercise_hint(entry: Entry, step: Step) -> str:
 
 
 def with_range(reason: str, presence: RangeEvidence | None) -> str:
-    """``reason`` with the range's one line after it, when there is a range to speak of."""
-    if presence is None or presence.status == "none":
+    """``reason`` with the range's one line after it when the range places the tree (an unknown
+    range adds nothing to a reason; every verdict shows it on its own line anyway)."""
+    if presence is None or not (presence.says_absent or presence.says_present):
         return reason
     return f"{reason}; {presence.summary}"
 
@@ -77,6 +78,8 @@ def before_running(judgement, presence: RangeEvidence) -> tuple[Verdict, str]:
         return Verdict.INCONCLUSIVE, (f"{presence.summary}, but {judgement.reason}: the entry's range or its "
                                       f"source fact is out of date, and a build inside an affected range is "
                                       f"never not-applicable (`kvdiag registry verify` checks the facts)")
+    if judgement.basis == "build":
+        return verdict, judgement.reason      # this build's configuration or GPU: the range is beside the point
     return verdict, with_range(judgement.reason, presence)
 
 

@@ -229,16 +229,25 @@ def test_backend_ops_flag_missing_is_not_applicable(kv):
 # ------------------------------------------------------------------------- not-applicable, after running
 
 @pytest.mark.parametrize("gate", [ALLOWED, REFUSED], ids=["control-passed", "control-failed"])
-def test_zero_matching_cases_is_not_applicable_never_not_reproduced(kv, d2, gate):
+def test_zero_matching_cases_without_a_placed_range_is_inconclusive_never_not_reproduced(kv, d2, gate):
+    """The scenario build's source tree does not exist: the affected range cannot place it, so nothing
+    shows the defect absent and "0 cases" is inconclusive (tests/engine/test_ranges_in_verdicts.py has
+    the trees whose range says fixed, or affected)."""
     r = kv.run(d2, kv.target_for("backend_ops_no_cases"), gate=gate)
     o = r.outcome
-    assert o.verdict is Verdict.NOT_APPLICABLE
-    assert o.reason == f"no FLASH_ATTN_EXT test case matches /{d2.step('fast').vars['params']}/ in this build (0 cases)"
+    params = d2.step('fast').vars['params']
+    assert o.verdict is Verdict.INCONCLUSIVE
+    assert o.reason.startswith("not exercised by this build's tests, and nothing shows the defect absent: "
+                               f"no FLASH_ATTN_EXT test case matches /{params}/ in this build (0 cases); range unknown (")
+    assert o.reason.endswith(f"would exercise it: a FLASH_ATTN_EXT case matching /{params}/, which this build's "
+                             f"test-backend-ops does not list")
+    assert o.range.status == "unknown" and "does not exist here" in o.range.detail
     assert r.evidence.cases_matched == 0 and r.evidence.error_count == 0
     assert r.gate_calls == []
     assert "0/0 tests passed" in r.log("fast-1.stdout.log")
     assert "ERROR SUMMARY: 0 errors" in r.log("fast-1.sanitizer.log")
-    assert r.run_json["outcome"]["verdict"] == "not-applicable"
+    assert r.run_json["outcome"]["verdict"] == "inconclusive"
+    assert r.run_json["outcome"]["range"]["status"] == "unknown"
 
 
 def test_all_cases_not_supported_is_not_applicable(kv, d2):
@@ -249,17 +258,20 @@ def test_all_cases_not_supported_is_not_applicable(kv, d2):
     assert r.gate_calls == []
 
 
-def test_fewer_cases_than_min_cases_is_not_applicable(kv):
+def test_fewer_cases_than_min_cases_without_a_range_is_inconclusive(kv):
+    """An entry with no affected range at all: nothing says the defect cannot be here."""
     entry = kv.entry("D927", d2_like(step_extra="min_cases = 2\n"))
     r = kv.run(entry, kv.target_for("backend_ops_all_ok"))
-    assert r.outcome.verdict is Verdict.NOT_APPLICABLE
-    assert r.outcome.reason == "only 1 matching case(s) executed, 2 needed"
+    assert r.outcome.verdict is Verdict.INCONCLUSIVE
+    assert "only 1 matching case(s) executed, 2 needed; no range (the entry names no affected range" in r.outcome.reason
+    assert r.outcome.range.status == "none"
 
 
-def test_cli_zero_cases_exits_2(kv, monkeypatch, capsys):
+def test_cli_zero_cases_in_an_unplaced_tree_exits_4(kv, monkeypatch, capsys):
     monkeypatch.setattr("kvdiag.target.host.fingerprint_gpu", lambda **kw: fake_gpu())
     build = kv.build("backend_ops_no_cases")
     code = main(["run", "D2", "--build", str(build), "--sanitizer", str(kv.sanitizer()), "--format", "json"])
     data = json.loads(capsys.readouterr().out)
-    assert code == 2
-    assert data["verdict"] == "not-applicable"
+    assert code == 4
+    assert data["verdict"] == "inconclusive"
+    assert data["range"]["status"] == "unknown"
