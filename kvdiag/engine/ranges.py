@@ -200,7 +200,7 @@ def _affected_detail(rng: GitRange, intro: str, at: str) -> str:
     parts += [f"fixed {short(c)} not an ancestor of {at}" for c in rng.fixed]
     parts += [f"last_affected {short(c)} not before {at}" for c in rng.last_affected]
     if not rng.fixed and not rng.last_affected:
-        parts.append(f"no fix recorded; HEAD {at}")
+        parts.append("no fix recorded" + (f" (HEAD {at})" if intro == "0" else ""))
     return ", ".join(parts)
 
 

@@ -39,7 +39,7 @@ def test_table_has_one_row_per_entry_with_key_evidence_and_counts(sweep: Sweep) 
     text = SweepFormat.TABLE.to_formatter().format(sweep)
     lines = text.splitlines()
     header = next(line for line in lines if line.startswith("id "))
-    assert header.split() == ["id", "verdict", "k/N", "key", "evidence", "time"]
+    assert header.split() == ["id", "verdict", "k/N", "range", "key", "evidence", "time"]
     d2 = next(line for line in lines if line.startswith("D2 "))
     assert "confirmed" in d2 and "1/1" in d2 and "2048 error(s) at fattn-mma-f16.cuh:1538" in d2 and "2.5 s" in d2
     d3 = next(line for line in lines if line.startswith("D3 "))

@@ -20,7 +20,7 @@ def test_header_counts_and_summary_rows(sweep: Sweep) -> None:
     assert text.startswith("# kvdiag sweep: d99724f2 on NVIDIA H200 (cc 9.0)\n")
     assert "2026-11-29 10:00 UTC · 7 entries · 4 min 06 s · kvdiag 0.1.0" in text
     assert "| confirmed | 2 |" in text and "| not-applicable | 1 |" in text
-    assert "| [D2](#d2) | **confirmed** | 1/1 | 2048 error(s) at fattn-mma-f16.cuh:1538 | 2.5 s |" in text
+    assert "| [D2](#d2) | **confirmed** | 1/1 | - | 2048 error(s) at fattn-mma-f16.cuh:1538 | 2.5 s |" in text
     rows = [line for line in text.splitlines() if line.startswith("| [D")]
     assert len(rows) == 7
 

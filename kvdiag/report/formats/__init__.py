@@ -163,6 +163,8 @@ class EntryView:
     step: str | None
     attempts: tuple[tuple[int, str, str], ...]   # (index, verdict, reason) of each attempt, when several
     device: str | None = None                     # "1 NVIDIA H200": the GPU whose worker produced it
+    range: str | None = None                      # what the affected ranges say: "fixed by range (85f99dca8 is …)"
+    range_status: str | None = None               # its status word: affected | fixed | unaffected | unknown | none
 
     @property
     def has_detail(self) -> bool:
@@ -204,6 +206,8 @@ def entry_view(outcome: SweepOutcome) -> EntryView:
         step=_optional(outcome.step),
         attempts=tuple((a.index, a.verdict.value, strip_ansi(str(a.reason))) for a in outcome.attempts),
         device=device_label(outcome.device),
+        range=printable(outcome.range.summary) if outcome.range is not None else None,
+        range_status=outcome.range.status if outcome.range is not None else None,
     )
 
 

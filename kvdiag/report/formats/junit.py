@@ -30,6 +30,8 @@ def xml_text(value: object) -> str:
 
 def _detail(v: EntryView) -> str:
     lines = [v.reason]
+    if v.range:
+        lines.append(f"range: {v.range}")
     if v.error_count is not None:
         lines.append(f"sanitizer errors: {v.error_count}")
     lines += [f"site: {s.site} [{s.kind}] {s.kernel}" for s in v.sites]
@@ -92,7 +94,7 @@ class JUnitFormat(SweepFormatter):
                 node.text = xml_text(_detail(v))
             elif v.verdict in SKIPPED:
                 ET.SubElement(case, "skipped", {"message": xml_text(f"{v.verdict}: {v.reason}")})
-            out = [f"verdict: {v.verdict} ({v.k_of_n})"]
+            out = [f"verdict: {v.verdict} ({v.k_of_n})"] + ([f"range: {v.range}"] if v.range else [])
             if v.run_dir:
                 out.append(f"run: {v.run_dir}")
             ET.SubElement(case, "system-out").text = xml_text("\n".join(out))

@@ -108,7 +108,8 @@ def _site_results(outcome: SweepOutcome, rule_index: int, known: list[str]) -> l
                 "ruleId": outcome.entry_id, "ruleIndex": rule_index, "level": "error", "message": {"text": text},
                 "properties": {"verdict": "confirmed", "kind": kind, "errorCount": errors,
                                "printedFindings": site.get("count"), "blocks": site.get("blocks"),
-                               "kernel": site.get("kernel"), "k": outcome.k, "n": outcome.n},
+                               "kernel": site.get("kernel"), "k": outcome.k, "n": outcome.n,
+                               **_range_property(outcome)},
             }
             artifact = _artifact(str(site["file"]), known) if site.get("file") else None
             if artifact is not None:
@@ -133,6 +134,14 @@ def _site_results(outcome: SweepOutcome, rule_index: int, known: list[str]) -> l
     return list(seen.values())
 
 
+def _range_property(outcome: SweepOutcome) -> dict[str, Any]:
+    """A result's ``affectedRange`` property: what the entry's affected ranges say about the swept tree."""
+    if outcome.range is None:
+        return {}
+    return {"affectedRange": {"status": outcome.range.status, "summary": outcome.range.summary,
+                              "head": outcome.range.head}}
+
+
 def _entry_result(outcome: SweepOutcome, rule_index: int, known: list[str]) -> dict[str, Any]:
     view = entry_view(outcome)
     text = f"{view.id} confirmed ({view.k_of_n} runs): {view.reason}"
@@ -142,7 +151,7 @@ def _entry_result(outcome: SweepOutcome, rule_index: int, known: list[str]) -> d
     result: dict[str, Any] = {
         "ruleId": view.id, "ruleIndex": rule_index, "level": "error", "message": {"text": text},
         "partialFingerprints": {FINGERPRINT_KEY: fingerprint(view.id, known[0] if known else "", instantiation)},
-        "properties": {"verdict": "confirmed", "k": outcome.k, "n": outcome.n}}
+        "properties": {"verdict": "confirmed", "k": outcome.k, "n": outcome.n, **_range_property(outcome)}}
     result["locations"] = _entry_location(known, build_file=True)
     return result
 
@@ -182,5 +191,8 @@ class SarifFormat(SweepFormatter):
                                 "computeSanitizer": t.sanitizer_version, "nvcc": t.nvcc, "machineKey": t.machine_key},
             },
         }
+        ranges = {o.entry_id: o.range.summary for o in sweep.outcomes if o.range is not None}
+        if ranges:   # sweeps of kvdiag before affected ranges were evidence have none
+            run["properties"]["ranges"] = ranges
         doc = {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
         return json.dumps(doc, indent=2, default=str) + "\n"

@@ -1,5 +1,6 @@
-"""The terminal summary: a header with the target, one row per entry, the verdict counts, and each
-inconclusive's reason on one line with the controls that held verdicts back and the command that fixes it."""
+"""The terminal summary: a header with the target, one row per entry (with what its affected range
+says), the verdict counts, each inconclusive's reason on one line with the controls that held verdicts
+back and the command that fixes it, and each entry's range evidence."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from kvdiag.report.formats import (SweepFormatter, entry_views, format_seconds, 
 from kvdiag.report.held_back import held_back_lines, one_line
 from kvdiag.store.sweeps import Sweep, target_summary
 
-HEADERS = ["id", "verdict", "k/N", "key evidence", "time"]
+HEADERS = ["id", "verdict", "k/N", "range", "key evidence", "time"]
 
 
 class TableFormat(SweepFormatter):
@@ -19,7 +20,8 @@ class TableFormat(SweepFormatter):
     def format(self, sweep: Sweep) -> str:
         t = printable_summary(target_summary(sweep.target))
         views = entry_views(sweep)
-        rows = [(v.id, v.verdict, v.k_of_n, v.key_evidence, f"{v.duration_s:.1f} s") for v in views]
+        rows = [(v.id, v.verdict, v.k_of_n, v.range_status or "-", v.key_evidence, f"{v.duration_s:.1f} s")
+                for v in views]
         headers = HEADERS
         if t.gpu_count > 1 and any(v.device for v in views):
             # On a multi-GPU host every result names the GPU that produced it.
@@ -38,4 +40,11 @@ class TableFormat(SweepFormatter):
         inconclusive = [v for v in views if v.verdict == "inconclusive"]
         lines += [f"{v.id} inconclusive: {one_line(v.reason)}" for v in inconclusive]
         lines += held_back_lines(v.reason for v in inconclusive)
+        lines += range_lines(views)
         return "\n".join(lines) + "\n"
+
+
+def range_lines(views) -> list[str]:
+    """Each entry's affected-range evidence, one line each (entries without a range are left out)."""
+    placed = [v for v in views if v.range and v.range_status != "none"]
+    return ([""] + [f"{v.id} range: {v.range}" for v in placed]) if placed else []
