@@ -102,9 +102,13 @@ def test_osv_export_is_structurally_valid(capsys):
 
 
 def test_osv_export_of_the_fixed_negative_control(capsys):
+    """ggml's fix and llama.cpp's own commit of it (ggml synced it from llama.cpp #24011)."""
     (d11,) = _export(capsys, "D11")
-    (affected,) = d11["affected"]
-    (rng,) = affected["ranges"]
+    ggml, llama = d11["affected"]
+    (rng,) = ggml["ranges"]
     assert rng["repo"] == "https://github.com/ggml-org/ggml"
     assert rng["events"] == [{"introduced": "0"}, {"fixed": "da7d1472dcd5bb6e415fd39b571cc8506c9e2b07"}]
+    (rng,) = llama["ranges"]
+    assert rng["repo"] == "https://github.com/ggml-org/llama.cpp"
+    assert rng["events"] == [{"introduced": "0"}, {"fixed": "85f99dca8b4539163e6858c9df7c9e8b0ad3632a"}]
     assert d11["database_specific"]["status"] == "fixed"

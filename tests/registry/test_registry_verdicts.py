@@ -19,6 +19,7 @@ import pytest
 from kvdiag.engine.judge import Gate, judge_attempt
 from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.verdict import Verdict
+from kvdiag.records.ranges import RangeEvidence
 from kvdiag.registry.loader import load_registry
 
 CONFIRMED, NOT_REPRODUCED = Verdict.CONFIRMED, Verdict.NOT_REPRODUCED
@@ -76,10 +77,10 @@ def entries():
     return {e.id: e for e in load_registry().entries}
 
 
-def judge(entry, *printed: Printed, step: str | None = None) -> Verdict:
+def judge(entry, *printed: Printed, step: str | None = None, presence: RangeEvidence | None = None) -> Verdict:
     chosen = entry.step(step) if step else entry.default_step
     obs = observe(chosen, list(printed), [])
-    return judge_attempt(entry, obs, Gate(True, "control passed (test)"), 1, 0.0).verdict
+    return judge_attempt(entry, obs, Gate(True, "control passed (test)"), 1, 0.0, presence=presence).verdict
 
 
 def recorded_fa_lines(transcripts_dir: Path, params: str) -> str:
@@ -270,9 +271,14 @@ def test_d6_fa_abort_is_confirmed_and_oom_is_not(entries):
     assert judge(entries["D6"], aborted(out, oom)) is INCONCLUSIVE
 
 
-def test_d8_on_upstream_matches_nothing_and_is_not_applicable(entries):
+def test_d8_on_upstream_matches_nothing_and_is_not_applicable_by_its_range(entries):
+    """Upstream is a repository D8's ranges do not name (only the fork's): the range says it cannot be
+    there. A tree the range cannot place (no .git) only says that nothing ran."""
     out = HEADER + "  0/0 tests passed\n" + FOOTER_OK
-    assert judge(entries["D8"], Printed(stdout=out)) is NOT_APPLICABLE
+    upstream = RangeEvidence("unaffected", "this tree is llama.cpp; the entry records the defect only in BeeLlama fork")
+    assert judge(entries["D8"], Printed(stdout=out), presence=upstream) is NOT_APPLICABLE
+    assert judge(entries["D8"], Printed(stdout=out), presence=RangeEvidence("unknown", "no .git")) is INCONCLUSIVE
+    assert judge(entries["D8"], Printed(stdout=out)) is INCONCLUSIVE
 
 
 def test_d8_failing_q2_0s_case_is_confirmed(entries):
@@ -300,6 +306,16 @@ def test_d11_fixed_upstream_is_not_reproduced(entries):
 def test_d11_seed_style_fix_is_not_applicable(entries):
     out = HEADER + concat_lines("not supported [CUDA0] ") + "  0/0 tests passed\n" + FOOTER_OK
     assert judge(entries["D11"], Printed(stdout=out)) is NOT_APPLICABLE
+
+
+def test_d11_before_its_fix_matches_nothing_and_is_inconclusive_never_not_applicable(entries):
+    """A test-backend-ops of release b9584 lists CONCAT f32 and i32 cases only; the range places the
+    tree before the fix, so the defect is there but nothing reached it."""
+    out = HEADER + "  0/0 tests passed\n" + FOOTER_OK
+    before = RangeEvidence("affected", "introduced 0, fixed 85f99dca8 not an ancestor of e25a32e98")
+    after = RangeEvidence("fixed", "85f99dca8 is an ancestor of 9731ad3f2")
+    assert judge(entries["D11"], Printed(stdout=out), presence=before) is INCONCLUSIVE
+    assert judge(entries["D11"], Printed(stdout=out), presence=after) is NOT_APPLICABLE
 
 
 def test_d11_f32_assert_is_confirmed(entries):

@@ -45,9 +45,10 @@ def _registry_with_old_d10(root: Path, project_dir: Path) -> Path:
     registry = root / "registry"
     shutil.copytree(project_dir / "registry", registry)
     text = (registry / "D10.md").read_text()
-    start = text.index('files = ["tests/test-upstream-merge-keepers-static.py"]')
-    end = text.index("note = ", start)
-    (registry / "D10.md").write_text(text[:start] + OLD_D10_FACTS + text[end:])
+    files, applies = OLD_D10_FACTS.split("\n\n[applies]\n")
+    text = text.replace('files = ["tests/test-upstream-merge-keepers-static.py"]', files, 1)
+    text = text.replace('tests = ["test-upstream-merge-keepers-static"]\n', applies, 1)
+    (registry / "D10.md").write_text(text)
     return registry
 
 
