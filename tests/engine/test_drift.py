@@ -175,7 +175,23 @@ def test_a_failure_below_the_criterion_is_inconclusive(d8_criterion):
     assert judge_drift(result, None)[0] == "inconclusive"
 
 
-def test_zero_matching_cases_is_not_applicable(d8_criterion):
+def test_zero_matching_cases_of_an_entry_is_judged_by_its_range(d8_criterion):
+    """`kvdiag drift D8`: nothing matched is not-applicable only where the range says D8 cannot be."""
+    from kvdiag.engine.drift_session import _absent
+    from kvdiag.records.ranges import RangeEvidence
+
+    d8 = load_registry(Path(__file__).resolve().parents[2] / "registry").get("D8")
+    empty = synthetic_runs([], [], [])
+    upstream = RangeEvidence("unaffected", "this tree is llama.cpp; the entry records the defect only in BeeLlama fork")
+    verdict, reason = judge_drift(empty, d8_criterion, _absent(d8, "FLASH_ATTN_EXT", d8_criterion.params, upstream))
+    assert verdict == "not-applicable" and reason.endswith("; outside the range (this tree is llama.cpp; the entry "
+                                                           "records the defect only in BeeLlama fork)")
+    fork = RangeEvidence("affected", "introduced c9e746733 is an ancestor of 775450a68, no fix recorded")
+    verdict, reason = judge_drift(empty, d8_criterion, _absent(d8, "FLASH_ATTN_EXT", d8_criterion.params, fork))
+    assert verdict == "inconclusive" and reason.startswith("present by range, not exercised by this build's tests")
+
+
+def test_zero_matching_cases_without_an_entry_is_not_applicable(d8_criterion):
     empty = synthetic_runs([], [], [])
     expected = ("not-applicable", "no FLASH_ATTN_EXT case matches /hsk=64,.*type_K=q2_0s/ in this build (0 cases)")
     assert empty.matched == 0

@@ -65,7 +65,7 @@ def test_an_arm_that_does_not_print_its_figure_says_so(kv):
 
 
 def test_no_arm_runs_when_the_judged_step_did_not_apply(kv):
-    r = kv.run(entry_with(kv, "D952"), kv.target_for("backend_ops_no_cases", sanitizer=None))
+    r = kv.run(entry_with(kv, "D952"), kv.target_for("backend_ops_not_supported", sanitizer=None))
     assert r.outcome.verdict is Verdict.NOT_APPLICABLE
     assert "comparison" not in r.outcome.extra and "comparison arm" not in r.outcome.reason
     assert "control-1.combined.log" not in r.log_names()

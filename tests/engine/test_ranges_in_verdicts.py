@@ -222,3 +222,19 @@ def test_cli_json_carries_the_range_and_exits_4_before_the_fix(kv, d11, history,
     assert code == 4
     assert (data["verdict"], data["range"]["status"], data["range"]["head"]) == ("inconclusive", "affected",
                                                                                  c["b9584"])
+
+
+def test_a_scan_with_no_case_to_run_is_judged_by_the_range_too(kv, d11, history, monkeypatch):
+    """`kvdiag scan` used to run nothing and exit 0; now the range decides, as for `kvdiag run`."""
+    from engine_helpers import fake_gpu
+    from kvdiag.engine.scan_session import run_scan
+    from kvdiag.errors import ScanNotRun
+
+    repo, c = history
+    repo.checkout("b9584")
+    monkeypatch.setattr("kvdiag.target.host.fingerprint_gpu", lambda **kw: fake_gpu())
+    with pytest.raises(ScanNotRun) as caught:
+        run_scan(d11, build_on(kv, repo.path), jobs=1, op="CONCAT", params="type=f16", limit=None, sanitizer=None)
+    assert caught.value.verdict == "inconclusive"
+    assert str(caught.value).startswith("D11 has nothing to scan here: inconclusive: present by range, not exercised "
+                                        "by this build's tests: no CONCAT case matches /type=f16/ in this build")

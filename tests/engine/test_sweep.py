@@ -254,7 +254,7 @@ def invoke(command, args):
 def test_sweep_command_formats_and_exit_code(fake_engine: Recorder, home: Path, tmp_path: Path) -> None:
     result = invoke(sweep_cmd, ["--build", str(tmp_path), "--quiet", "--exclude", "D2"])
     assert result.return_value == 4  # D12 is inconclusive, nothing confirmed, no error
-    assert result.stdout.splitlines()[2].split() == ["id", "verdict", "k/N", "key", "evidence", "time"]
+    assert result.stdout.splitlines()[2].split() == ["id", "verdict", "k/N", "range", "key", "evidence", "time"]
     out = tmp_path / "report.xml"
     result = invoke(sweep_cmd, ["--build", str(tmp_path), "--only", "D2,D13", "--format", "junit", "-o", str(out)])
     assert result.return_value == 1
