@@ -5,6 +5,7 @@ no version-manager shim in between, which costs a shell per fake process)."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -20,3 +21,17 @@ def isolate(mp: pytest.MonkeyPatch, root: Path) -> None:
     pybin.mkdir()
     (pybin / "python3").symlink_to(sys.executable)
     mp.setenv("PATH", f"{pybin}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def isolate_git(mp: pytest.MonkeyPatch, home: Path) -> None:
+    """Git without the user's or the system's configuration, with a fixed identity (the test is
+    skipped where git is not installed). ``home`` becomes $HOME."""
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    home.mkdir(parents=True, exist_ok=True)
+    mp.setenv("HOME", str(home))
+    mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    mp.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    for role in ("AUTHOR", "COMMITTER"):
+        mp.setenv(f"GIT_{role}_NAME", "Test")
+        mp.setenv(f"GIT_{role}_EMAIL", "test@example.invalid")

@@ -8,12 +8,13 @@ own git questions go through its runner (kvdiag.target.history).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
+
+from isolation import isolate_git
 
 LLAMA_URL = "https://github.com/ggml-org/llama.cpp"
 GGML_URL = "https://github.com/ggml-org/ggml"
@@ -22,17 +23,8 @@ FORK_URL = "https://github.com/GenerelSchwerz/llama.cpp"
 
 @pytest.fixture
 def isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Git without the user's or the system's configuration, with an identity and fixed dates."""
-    if shutil.which("git") is None:
-        pytest.skip("git not installed")
-    home = tmp_path / "git-home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    for role in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{role}_NAME", "Test")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "test@example.invalid")
+    """Git without the user's or the system's configuration, with an identity."""
+    isolate_git(monkeypatch, tmp_path / "git-home")
 
 
 def git(repo: Path, *args: str) -> str:

@@ -10,7 +10,6 @@ the way a user passes theirs: --configure-cmd / --build-cmd.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from isolation import isolate_git
 from kvdiag.engine.bisect import SKIP
 from kvdiag.engine.scratch_build import BuildRecipe, cmake_configure_argv, substitute
 from kvdiag.engine.verify import Conclusion
@@ -151,22 +151,13 @@ def scratch_dirs() -> list[str]:
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Isolated git and kvdiag home; the registry holding the synthetic entry D90."""
-    if shutil.which("git") is None:
-        pytest.skip("git not installed")
-    home = tmp_path / "home-dir"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    isolate_git(monkeypatch, tmp_path / "home-dir")
     monkeypatch.setenv("KVDIAG_HOME", str(tmp_path / "kvdiag-home"))
     monkeypatch.delenv("LLAMA_KV_BUILD", raising=False)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    for role in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{role}_NAME", "Test")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "test@example.invalid")
     registry = tmp_path / "registry"
     registry.mkdir()
     (registry / "D90.md").write_text(ENTRY)

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
+from isolation import isolate_git
 from probes_helpers import kernel_lines, make_repo, text_diff, write_probe
 
 
 @pytest.fixture
 def git_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """git isolated from the user's configuration, with an identity; kvdiag's home in tmp_path."""
-    if shutil.which("git") is None:
-        pytest.skip("git not installed")
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    isolate_git(monkeypatch, tmp_path / "home")
     monkeypatch.setenv("KVDIAG_HOME", str(tmp_path / "kvdiag-home"))
-    for role in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{role}_NAME", "Test")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "test@example.invalid")
 
 
 @pytest.fixture
