@@ -112,8 +112,13 @@ def _compile_display(step: Step, build) -> str:
 
 def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
     """What `kvdiag show ID --build DIR` prints: each step's argv against that build."""
+    from kvdiag.engine.ranges import range_evidence
+    from kvdiag.target.history import TreeHistory
+
     with tempfile.TemporaryDirectory(prefix="kvdiag-show-") as tmp:
         build = inspect_build(build_dir, log_dir=Path(tmp), check_staleness=False)
+        presence = range_evidence(entry, TreeHistory(build.source_dir, Path(tmp)),
+                                  dirty=bool(build.git is not None and build.git.dirty))
     out = []
     for step in entry.steps:
         item: dict[str, Any] = {"step": step.name, "problem": None, "argv": None, "shell": None}
@@ -139,4 +144,4 @@ def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in planned.env.items())
                 item["shell"] = "\n    ".join((env + " " if env else "") + shlex.join(c) for c in commands)
         out.append(item)
-    return {"build_dir": str(build_dir), "commands": out}
+    return {"build_dir": str(build_dir), "commands": out, "range": presence.to_dict()}

@@ -24,7 +24,12 @@ from kvdiag.proc.runner import CommandNotFound, run_command
 __all__ = ["HistoryFacts", "TreeHistory"]
 
 GIT_TIMEOUT_S = 30.0
-_GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+# A partial clone (--filter) fetches an object it lacks from its promisor remote on first use, even
+# for `cat-file -e`: over the network, to a host this machine may not reach (measured: 57 s for one
+# entry's questions to a clone whose remote is github.com, no network). Questions about history must
+# never fetch: no lazy fetch (git >= 2.44) and no transport at all (every git).
+_GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_NO_LAZY_FETCH": "1"}
+_NO_TRANSPORT = ("-c", "protocol.allow=never")
 
 
 @dataclass(frozen=True)
@@ -89,14 +94,15 @@ class TreeHistory:
     def has_commit(self, commit: str) -> bool:
         """Whether the object store holds ``commit`` as a commit (``git cat-file -e <id>^{commit}``)."""
         answer = self._memo(("has", commit), lambda: self._exit_code(["cat-file", "-e", f"{commit}^{{commit}}"],
-                                                                     "git-has-commit") == 0)
+                                                                     f"git-has-{commit[:12]}") == 0)
         return bool(answer)
 
     def is_ancestor(self, older: str, newer: str) -> bool | None:
         """``git merge-base --is-ancestor older newer``: True, False, or None when git could not say
         (a commit it does not have, a failure). A commit is its own ancestor, as git counts it."""
         def ask() -> bool | None:
-            code = self._exit_code(["merge-base", "--is-ancestor", older, newer], "git-is-ancestor")
+            code = self._exit_code(["merge-base", "--is-ancestor", older, newer],
+                                   f"git-is-ancestor-{older[:12]}-{newer[:12]}")
             return {0: True, 1: False}.get(code) if code is not None else None
         return self._memo(("anc", older, newer), ask)
 
@@ -120,8 +126,8 @@ class TreeHistory:
         return result.returncode
 
     def _git(self, args: list[str], name: str):
-        result = run_command(["git", "-C", str(self.source_dir), *args], timeout=GIT_TIMEOUT_S, log_dir=self.log_dir,
-                             name=name, env_overrides=_GIT_ENV)
+        result = run_command(["git", *_NO_TRANSPORT, "-C", str(self.source_dir), *args], timeout=GIT_TIMEOUT_S,
+                             log_dir=self.log_dir, name=name, env_overrides=_GIT_ENV)
         if result.timed_out:
             return None
         return result

@@ -46,3 +46,17 @@ def test_no_history_says_why(tmp_path: Path, log_dir: Path, git_env):
 def test_without_git_installed_nothing_is_asked(tmp_path: Path, log_dir: Path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     assert TreeHistory(tmp_path, log_dir).facts().why_none == "git is not installed here"
+
+
+def test_a_partial_clone_is_never_made_to_fetch_what_it_lacks(tmp_path: Path, git_repo: Path, log_dir: Path):
+    """A --filter clone fetches a missing object from its remote on first use, even for `cat-file -e`;
+    kvdiag's questions must answer from what is here (a remote can be a host this machine cannot
+    reach: 57 s measured for one entry's questions)."""
+    for key, value in (("uploadpack.allowFilter", "true"), ("uploadpack.allowAnySHA1InWant", "true")):
+        run(["git", "config", key, value], git_repo, log_dir, "t-config")
+    partial = tmp_path / "partial"
+    run(["git", "clone", "-q", "--filter=blob:none", f"file://{git_repo}", str(partial)], tmp_path, log_dir, "t-clone")
+    later = commit(git_repo, log_dir, "later")
+    assert TreeHistory(partial, log_dir).has_commit(later) is False
+    plain = run(["git", "cat-file", "-e", f"{later}^{{commit}}"], partial, log_dir, "t-plain")
+    assert plain.returncode == 0, "plain git fetched it on the spot: the check above is what prevents that"
