@@ -156,7 +156,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     if verdict is Verdict.CONFIRMED and any(
             a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
         warnings.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
-    reason, warnings = after_running(verdict, reason, warnings, presence)
+    verdict, reason, warnings = after_running(verdict, reason, warnings, presence)
     outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings)), step.name,
                       time.monotonic() - started, {**extra, **({"interrupted": True} if interrupted else {})},
                       range=presence)

@@ -4,7 +4,8 @@
 2. interrupted or timed out → inconclusive (the partial logs are kept);
 3. the sanitizer did not finish its report, or reported its own failure → inconclusive;
 4. backend-ops: no matching case executed. All of them "not supported" → not-applicable (the
-   backend refuses them, so the defect's kernel is never reached). None, or fewer than
+   backend refuses them, so the defect's kernel is never reached), unless the range places the
+   tree inside it (then inconclusive: the two disagree). None, or fewer than
    ``min_cases`` → not-applicable only when the entry's affected range says the defect
    cannot be in this tree (fixed, or outside every range); inside a range, or when the
    range cannot place the tree, → inconclusive: nothing ran, and nothing shows the
@@ -23,7 +24,7 @@ from typing import Callable, Sequence
 from kvdiag.controls.gate import Gate
 from kvdiag.engine.matchers import Match, match
 from kvdiag.engine.observe import Observations
-from kvdiag.engine.presence import unexercised, with_range
+from kvdiag.engine.presence import refused_everywhere, unexercised
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.sanitizer import instantiations, site_label
 from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
@@ -75,7 +76,7 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
     if step.kind == "backend-ops":
         refused = _all_refused(obs)
         if refused:
-            return Verdict.NOT_APPLICABLE, with_range(refused, presence)
+            return refused_everywhere(refused, presence)
         none_ran = _no_cases(obs)
         if none_ran:
             return unexercised(entry, obs.step, none_ran, presence)

@@ -32,8 +32,8 @@ from kvdiag.records.ranges import RangeEvidence
 from kvdiag.records.verdict import Verdict
 from kvdiag.registry.entry import Entry, Step
 
-__all__ = ["PRESENT_UNEXERCISED", "after_running", "before_running", "exercise_hint", "unexercised",
-           "with_range"]
+__all__ = ["PRESENT_UNEXERCISED", "after_running", "before_running", "exercise_hint", "refused_everywhere",
+           "unexercised", "with_range"]
 
 PRESENT_UNEXERCISED = "present by range, not exercised by this build's tests"
 
@@ -61,6 +61,19 @@ def exercise_hint(entry: Entry, step: Step) -> str:
     return f"would exercise it: {wanted}, which this build's test-backend-ops does not list"
 
 
+def refused_everywhere(why: str, presence: RangeEvidence | None) -> tuple[Verdict, str]:
+    """Every matching case printed "not supported": the backend never runs the defect's kernel, which
+    is not-applicable, unless the range says the defect is in this tree (then the two disagree)."""
+    if presence is not None and presence.says_present:
+        return Verdict.INCONCLUSIVE, _disagree(presence, why)
+    return Verdict.NOT_APPLICABLE, with_range(why, presence)
+
+
+def _disagree(presence: RangeEvidence, why: str) -> str:
+    return (f"{presence.summary}, but {why}: the entry's range or its source fact is out of date, and a build "
+            f"inside an affected range is never not-applicable (`kvdiag registry verify` checks the facts)")
+
+
 def with_range(reason: str, presence: RangeEvidence | None) -> str:
     """``reason`` with the range's one line after it when the range places the tree (an unknown
     range adds nothing to a reason; every verdict shows it on its own line anyway)."""
@@ -75,18 +88,20 @@ def before_running(judgement, presence: RangeEvidence) -> tuple[Verdict, str]:
     if verdict is not Verdict.NOT_APPLICABLE:
         return verdict, judgement.reason
     if judgement.basis == "source" and presence.says_present:
-        return Verdict.INCONCLUSIVE, (f"{presence.summary}, but {judgement.reason}: the entry's range or its "
-                                      f"source fact is out of date, and a build inside an affected range is "
-                                      f"never not-applicable (`kvdiag registry verify` checks the facts)")
+        return Verdict.INCONCLUSIVE, _disagree(presence, judgement.reason)
     if judgement.basis == "build":
         return verdict, judgement.reason      # this build's configuration or GPU: the range is beside the point
     return verdict, with_range(judgement.reason, presence)
 
 
 def after_running(verdict: Verdict, reason: str, warnings: list[str],
-                  presence: RangeEvidence) -> tuple[str, list[str]]:
-    """The reason and warnings of a verdict reached by running, with what the range adds."""
+                  presence: RangeEvidence) -> tuple[Verdict, str, list[str]]:
+    """The verdict, reason and warnings of a run, with what the range adds. A not-applicable that a
+    step reached on its own (a compile step's source file absent) inside an affected range is the
+    same disagreement as before running."""
     warnings = list(warnings)
+    if verdict is Verdict.NOT_APPLICABLE and presence.says_present:
+        return Verdict.INCONCLUSIVE, _disagree(presence, reason), warnings
     if verdict is Verdict.NOT_REPRODUCED and presence.says_absent:
         reason = f"{reason}; {presence.summary}"
     elif verdict is Verdict.NOT_REPRODUCED and presence.says_present:
@@ -94,4 +109,4 @@ def after_running(verdict: Verdict, reason: str, warnings: list[str],
     elif verdict is Verdict.CONFIRMED and presence.says_absent:
         warnings.append(f"the signature matched although the range says {presence.summary}: the entry's range, "
                         f"or this tree's history, is wrong")
-    return reason, warnings
+    return verdict, reason, warnings

@@ -238,3 +238,24 @@ def test_a_scan_with_no_case_to_run_is_judged_by_the_range_too(kv, d11, history,
     assert caught.value.verdict == "inconclusive"
     assert str(caught.value).startswith("D11 has nothing to scan here: inconclusive: present by range, not exercised "
                                         "by this build's tests: no CONCAT case matches /type=f16/ in this build")
+
+
+def test_every_case_refused_inside_an_affected_range_is_inconclusive(kv, history):
+    """A fork that fixed D11 the seed's way (CUDA claims F32 only) before upstream's fix: the backend
+    refuses the F16 cases while the range says the defect is there; the two disagree."""
+    repo, c = history
+    entry = staged_d11(kv, c["fix"])
+    for tag in ("b9584", "b10497"):
+        repo.checkout(tag)
+        build = build_on(kv, repo.path, f16_cases=True)
+        (build / "supports-f32-only").write_text("")
+        o = run(kv, entry, build).outcome
+        if tag == "b9584":
+            assert o.verdict is Verdict.INCONCLUSIVE
+            assert o.reason.startswith(f"affected by range (introduced 0, fixed {short(c['fix'])} not an ancestor of "
+                                       f"{short(c['b9584'])}), but all 16 matching case(s) are not supported by this "
+                                       f"backend: the entry's range or its source fact is out of date")
+        else:
+            assert o.verdict is Verdict.NOT_APPLICABLE
+            assert o.reason == (f"all 16 matching case(s) are not supported by this backend; fixed by range "
+                                f"({short(c['fix'])} is an ancestor of {short(c['b10497'])})")
