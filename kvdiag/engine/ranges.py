@@ -36,7 +36,7 @@ from kvdiag.registry.ranges import GitRange
 from kvdiag.registry.repos import KNOWN_REPOS, known_repo, repo_label
 from kvdiag.target.history import TreeHistory
 
-__all__ = ["Identity", "evaluate_range", "identify", "range_evidence", "short"]
+__all__ = ["Identity", "evaluate_range", "identify", "look_up_commits", "range_evidence", "short"]
 
 SHORT = 9
 
@@ -207,6 +207,14 @@ def _affected_detail(rng: GitRange, intro: str, at: str) -> str:
 _ORDER = ("affected", "unknown", "fixed", "unaffected")
 
 
+def look_up_commits(history: TreeHistory | None, entries: Iterable[Entry]) -> None:
+    """Which commits of these entries' ranges (and the repositories' markers) the tree holds, asked of
+    git in one process: a run or a sweep asks this once for all its entries."""
+    if history is not None:
+        history.look_up([c for e in entries for r in e.ranges for c in r.commits()]
+                        + [m for repo in KNOWN_REPOS.values() for m in repo.markers])
+
+
 def range_evidence(entry: Entry, history: TreeHistory | None, *, dirty: bool = False) -> RangeEvidence:
     """The entry's ranges against the tree (memoised per history: a sweep asks once per entry)."""
     if history is None:
@@ -228,6 +236,7 @@ def _evidence(entry: Entry, history: TreeHistory | None, dirty: bool) -> RangeEv
     if facts.head is None:
         return RangeEvidence("unknown", facts.why_none or "no git history")
     notes = ("the tree has uncommitted changes: the range judges HEAD, not the changes",) if dirty else ()
+    look_up_commits(history, [entry])
     identity = identify(history, {r.repo: r.commits() for r in ranges})
     if not identity.repos:
         names = ", ".join(r.name for r in KNOWN_REPOS.values())

@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kvdiag.engine.attribution import attribute_outcome
 from kvdiag.engine.execute import RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
+from kvdiag.engine.ranges import look_up_commits
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Outcome
 from kvdiag.home import kvdiag_home
@@ -32,6 +33,7 @@ def run_verdicts(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
     target = prepare_target(build_dir, log_dir=setup.logs, sanitizer=sanitizer, check_staleness=check_staleness,
                             home=home)
     setup.write_record(target_record(target.to_dict()))
+    look_up_commits(target.history, entries)
     gate_provider = controls_gate_provider(home, target, setup.logs)
     outcomes: list[Outcome] = []
     if len(entries) > 1:

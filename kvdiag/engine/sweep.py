@@ -29,6 +29,7 @@ from kvdiag import __version__
 from kvdiag.engine.devices import describe
 from kvdiag.engine.execute import GateProvider, RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
+from kvdiag.engine.ranges import look_up_commits
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Outcome, Verdict
 from kvdiag.errors import KvdiagError, UsageError
@@ -261,6 +262,7 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
     target = prepare_target(build_dir, log_dir=sweep_dir.logs, sanitizer=sanitizer, check_staleness=check_staleness,
                             home=home)
     target_dict = target.to_dict()
+    look_up_commits(target.history, entries)
     gate_provider = controls_gate_provider(home, target, sweep_dir.logs)
     path = sweep_dir.path / SWEEP_FILE
     finished = SweepRun(interrupted=True)     # until the last entry is in
