@@ -53,6 +53,7 @@ def outcome_for(entry: Entry, duration: float = 0.01) -> Outcome:
 
 class FakeTarget:
     gpu = type("Gpu", (), {"devices": ()})()
+    history = None          # no source tree: the ranges are not asked about
 
     def to_dict(self) -> dict:
         return {"build": {"build_dir": "/b", "git": {"commit": "abc123", "short": "abc123", "dirty": False}},
