@@ -125,3 +125,14 @@ def test_a_sweep_with_ranges_validates_against_the_schemas(sweep):
     broken["outcomes"][1]["range"]["status"] = "probably"
     with pytest.raises(jsonschema.ValidationError):
         validator.validate(broken)
+
+
+def test_sarif_and_junit_with_ranges_still_validate_against_the_official_schemas(sweep):
+    jsonschema = pytest.importorskip("jsonschema")
+    xmlschema = pytest.importorskip("xmlschema")
+    from pathlib import Path
+
+    schemas = Path(__file__).resolve().parents[1] / "fixtures" / "schemas"
+    sarif = json.loads((schemas / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
+    jsonschema.Draft4Validator(sarif).validate(json.loads(SweepFormat.SARIF.to_formatter().format(sweep)))
+    xmlschema.XMLSchema(str(schemas / "junit-10.xsd")).validate(SweepFormat.JUNIT.to_formatter().format(sweep))
