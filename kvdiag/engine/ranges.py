@@ -183,7 +183,7 @@ def evaluate_range(rng: GitRange, history: TreeHistory) -> RangeFinding:
         else:
             opened.append(intro)
     if opened:
-        return RangeFinding(rng.repo, "affected", _affected_detail(rng, opened[0], at))
+        return RangeFinding(rng.repo, "affected", _affected_detail(rng, opened[0], anc))
     if unsure:
         return RangeFinding(rng.repo, "unknown", "; ".join(anc.why) or "git could not place HEAD")
     if closed:
@@ -195,10 +195,18 @@ def evaluate_range(rng: GitRange, history: TreeHistory) -> RangeFinding:
     return RangeFinding(rng.repo, "unaffected", f"introduced {firsts} is not an ancestor of {at}")
 
 
-def _affected_detail(rng: GitRange, intro: str, at: str) -> str:
+def _affected_detail(rng: GitRange, intro: str, anc: _Ancestry) -> str:
+    """Why HEAD is inside: the open introduction, and where each closing event stands (answers git gave)."""
+    at = short(anc.head)
     parts = ["introduced 0" if intro == "0" else f"introduced {short(intro)} is an ancestor of {at}"]
-    parts += [f"fixed {short(c)} not an ancestor of {at}" for c in rng.fixed]
-    parts += [f"last_affected {short(c)} not before {at}" for c in rng.last_affected]
+    for key, commits in (("fixed", rng.fixed), ("last_affected", rng.last_affected)):
+        for commit in commits:
+            if anc.in_history(commit) and commit != anc.head:
+                parts.append(f"{key} {short(commit)} comes before {short(intro)}")   # it closed an earlier one
+            elif key == "fixed":
+                parts.append(f"fixed {short(commit)} not an ancestor of {at}")
+            else:
+                parts.append(f"last_affected {short(commit)} not before {at}")
     if not rng.fixed and not rng.last_affected:
         parts.append("no fix recorded" + (f" (HEAD {at})" if intro == "0" else ""))
     return ", ".join(parts)

@@ -93,7 +93,8 @@ def test_a_defect_brought_back_after_its_fix_is_affected_again(dag, tmp_path):
                 "A": "unaffected"}
     assert {rev: evaluate_range(rng, at(repo, c[rev], tmp_path)).status for rev in expected} == expected
     again = evaluate_range(rng, at(repo, c["E"], tmp_path))
-    assert again.detail.startswith(f"introduced {short(c['G'])} is an ancestor of {short(c['E'])}")
+    assert again.detail == (f"introduced {short(c['G'])} is an ancestor of {short(c['E'])}, fixed {short(c['F'])} "
+                            f"comes before {short(c['G'])}, fixed {short(c['H'])} not an ancestor of {short(c['E'])}")
 
 
 def test_last_affected_includes_itself_and_nothing_after_it(dag, tmp_path):
