@@ -14,9 +14,12 @@ from typing import Any, Callable
 
 from kvdiag.engine.applicability import Facts
 from kvdiag.proc.sanitizer import find_sanitizer
-from kvdiag.target.build import find_binaries, inspect_build, probe_backend_ops, probe_help
-from kvdiag.target.host import fingerprint_environment
-from kvdiag.target.memo import binary_key, environment_key, memoised
+from kvdiag.target.build import BackendOpsInfo, find_binaries, inspect_build, probe_backend_ops, probe_help
+from kvdiag.target.host import Environment, fingerprint_environment
+from kvdiag.target.memo import TEXT, Codec, binary_key, environment_key, memoised
+
+ENVIRONMENT = Codec(dump=Environment.to_dict, load=Environment.from_dict)
+BACKEND_OPS = Codec(dump=BackendOpsInfo.to_dict, load=BackendOpsInfo.from_dict)
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
 
         if home is not None:
             env_future = pool.submit(memoised, home, "environment", environment_key(found_sanitizer), environment,
-                                     lambda env: env.gpu.available)
+                                     ENVIRONMENT, lambda env: env.gpu.available)
         else:
             env_future = pool.submit(environment)
         ops_future = None
@@ -95,7 +98,7 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
             binary = binaries.get("test-backend-ops")
             if binary is not None and home is not None:
                 ops_future = pool.submit(memoised, home, "backend-ops", binary_key(binary),
-                                         lambda: probe_backend_ops(binary, log_dir=log_dir))
+                                         lambda: probe_backend_ops(binary, log_dir=log_dir), BACKEND_OPS)
             elif binary is not None:
                 ops_future = pool.submit(probe_backend_ops, binary, log_dir=log_dir)
         build = inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness) if build_dir else None
@@ -119,7 +122,8 @@ def _lazy_help(binary: Path, log_dir: Path, home: Path | None) -> Callable[[], s
     def get() -> str | None:
         with lock:
             if not answer:
-                answer.append(memoised(home, "server-help", binary_key(binary), probe, lambda text: text is not None)
+                answer.append(memoised(home, "server-help", binary_key(binary), probe, TEXT,
+                                       lambda text: text is not None)
                               if home is not None else probe())
             return answer[0]
 

@@ -214,11 +214,14 @@ class RunStore:
     """All runs under a home directory, oldest first."""
 
     def __init__(self, home: Path):
-        self.root = home / "runs"
+        self.home = Path(home)
+        self.root = self.home / "runs"
 
     def create(self, label: str) -> RunDir:
-        path = self.root / new_run_id(label)
-        path.mkdir(parents=True, exist_ok=False)
+        from kvdiag.home import home_folder
+
+        path = home_folder(self.home, "runs") / new_run_id(label)
+        path.mkdir(exist_ok=False)
         return RunDir(path)
 
     def all_dirs(self) -> list[RunDir]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
 from kvdiag.proc.runner import CommandNotFound, CommandResult, run_command
+from kvdiag.trust import trusted_dir
 
 SCRATCH_DIR = "scratch-builds"
 STAMP = "kvdiag-configure.json"     # written after a configure that succeeded; its key is what is reused
@@ -195,7 +196,7 @@ class KeptBuild:
     @contextmanager
     def locked(self, deadline: float) -> Iterator[bool]:
         """Hold the folder against another kvdiag using it; yields False if not had by ``deadline``."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        trusted_dir(self.root, "scratch-build folder", "point KVDIAG_HOME at a folder of your own")
         with open(self.root / f"{self.path.name}.lock", "a+") as fh:
             while True:
                 try:
