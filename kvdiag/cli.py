@@ -94,8 +94,10 @@ def _report_problems(registry: Registry) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @pass_ctx
 def list_cmd(ctx: Context, owner: str | None, status: str | None, tool: str | None, fmt: str) -> int:
-    """The defects of the registry, one line each."""
+    """The defects of the registry, one line each (an empty registry is exit 65, not an empty table)."""
     registry = ctx.registry
+    if not registry.problems:
+        registry.require_entries()
     entries = [e for e in registry.entries
                if (not owner or e.owner == owner) and (not status or e.status == status)
                and (not tool or tool in e.tools)]
@@ -119,13 +121,17 @@ def registry_group() -> None:
 @registry_group.command("lint")
 @pass_ctx
 def registry_lint(ctx: Context) -> int:
-    """Check every entry against the schema; prints every problem as file: key: message."""
-    registry = ctx.registry
+    """Check every entry against the schema; prints every problem as file: key: message.
+
+    Exit 65 with any problem (two files claiming one id among them), and for a
+    registry with no entry at all."""
+    registry = load_registry(ctx.registry_dir, refuse_duplicates=False)
     for problem in registry.problems:
         click.echo(str(problem))
     if registry.problems:
         click.echo(f"{len(registry.problems)} problem(s) in {registry.root.name}/", err=True)
         return int(ExitCode.DATA)
+    registry.require_entries()
     click.echo(f"{len(registry.entries)} entries, no problems")
     return 0
 
@@ -191,7 +197,7 @@ def registry_export(ctx: Context, fmt: str, output_dir: Path | None, ids: tuple[
     from kvdiag.registry.osv import entry_to_osv, write_osv_database
 
     registry = ctx.registry
-    entries = [registry.get(i) for i in ids] if ids else list(registry.entries)
+    entries = [registry.get(i) for i in ids] if ids else list(registry.require_entries())
     records = [entry_to_osv(e) for e in entries]
     if output_dir is None:
         click.echo(json.dumps(records, indent=2))

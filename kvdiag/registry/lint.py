@@ -292,18 +292,24 @@ def _lint_matcher(matcher: dict[str, Any], where: str, step_names: list[str], ad
         add(where, "an exit matcher needs exactly one of signal or code")
 
 
+def files_by_id(raws: Iterable[RawEntry]) -> dict[str, list[Path]]:
+    """Every id the files claim (``defect.id``), with the files that claim it, in load order."""
+    claimed: dict[str, list[Path]] = {}
+    for raw in raws:
+        entry_id = _defect(raw).get("id")
+        if isinstance(entry_id, str):
+            claimed.setdefault(entry_id, []).append(raw.path)
+    return claimed
+
+
 def lint_registry_wide(raws: Iterable[RawEntry]) -> list[Problem]:
     """Problems that involve several files: duplicate ids, dangling related ids."""
     problems: list[Problem] = []
-    seen: dict[str, Path] = {}
     raws = list(raws)
-    for raw in raws:
-        entry_id = _defect(raw).get("id")
-        if not isinstance(entry_id, str):
-            continue
-        if entry_id in seen:
-            problems.append(Problem(raw.path.name, "defect.id", f"duplicate id {entry_id!r} (also {seen[entry_id].name})"))
-        seen.setdefault(entry_id, raw.path)
+    seen = files_by_id(raws)
+    for entry_id, files in seen.items():
+        problems += [Problem(f.name, "defect.id", f"duplicate id {entry_id!r} (also {files[0].name})")
+                     for f in files[1:]]
     for raw in raws:
         related = _defect(raw).get("related", [])
         for rel in related if isinstance(related, list) else []:

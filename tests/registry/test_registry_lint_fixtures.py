@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kvdiag.errors import DataError
 from kvdiag.registry.lint import lint_registry_wide
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.raw import read_raw
@@ -41,7 +42,7 @@ def test_every_bad_fixture_folder_is_covered(registry_fixtures):
 
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_bad_fixture_gives_exactly_its_problems(registry_fixtures, name):
-    registry = load_registry(registry_fixtures / "bad" / name)
+    registry = load_registry(registry_fixtures / "bad" / name, refuse_duplicates=False)     # as lint reads it
     got = [(p.file, p.key, p.message) for p in registry.problems]
     assert len(got) == len(BAD[name]), got
     for (file, key, message), (want_file, want_key, fragment) in zip(got, BAD[name]):
@@ -68,6 +69,12 @@ def test_duplicate_ids_are_reported_by_the_registry_wide_check(registry_fixtures
     (problem,) = lint_registry_wide(raws)
     assert (problem.file, problem.key) == ("D10.md", "defect.id")
     assert "duplicate id 'D1' (also D1.md)" in problem.message
+
+
+def test_the_loader_refuses_two_files_with_one_id(registry_fixtures):
+    folder = registry_fixtures / "bad" / "duplicate-id"
+    with pytest.raises(DataError, match=r"has 2 entries with id 'D1': D1.md and D10.md \(`kvdiag registry lint`"):
+        load_registry(folder)
 
 
 def test_related_id_must_exist(registry_fixtures, tmp_path):
