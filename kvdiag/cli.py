@@ -17,6 +17,7 @@ from tabulate import tabulate
 from kvdiag import __version__
 from kvdiag.constants import SANITIZER_TOOLS
 from kvdiag.commands.exits import dispatch, finish
+from kvdiag.commands.options import Count, IdList, Seconds
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
 from kvdiag.help_text import add_help_blocks
@@ -240,9 +241,9 @@ def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> i
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
               help="The build folder (default: $LLAMA_KV_BUILD).")
 @click.option("--step", help="Run this repro step instead of the entry's default.")
-@click.option("--runs", type=click.IntRange(1, 1000), help="Override the number of runs (flaky defects).")
+@click.option("--runs", type=Count(1, 1000), help="Override the number of runs (flaky defects).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a step variable, e.g. params=hsk=64.")
-@click.option("--timeout", type=click.FloatRange(0, 86400, min_open=True), metavar="SECONDS",
+@click.option("--timeout", type=Seconds(86400), metavar="SECONDS",
               help="Limit each step to this many seconds (default: the step's own budget).")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
@@ -304,15 +305,15 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.argument("entry_id")
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
               help="The build folder (default: $LLAMA_KV_BUILD).")
-@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=None,
+@click.option("-j", "--jobs", type=Count(1, 64), default=None,
               help="Parallel processes per GPU (default: the GPU's slot pool size; with batches on several "
                    "GPUs, that many in all, shared among them).")
 @click.option("--op", help="Override the entry's op.")
 @click.option("--params", help="Override the entry's case-space regex (test-backend-ops -p).")
-@click.option("--limit", type=click.IntRange(1, 100000), help="Run only the first N supported cases.")
+@click.option("--limit", type=Count(1, 100000), help="Run only the first N supported cases.")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
-@click.option("--devices", metavar="I,J", help="GPUs to spread the cases over (default: every visible one).")
-@click.option("--batch", type=click.IntRange(0, 32), default=0, show_default=True,
+@click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the cases over (default: every visible one).")
+@click.option("--batch", type=Count(0, 32), default=0, show_default=True,
               help="Cases per process: 0 spreads the cases evenly over the workers (at most 32 each), "
                    "1 runs one process per case.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -356,7 +357,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
               help="The build folder (default: $LLAMA_KV_BUILD).")
 @click.option("--op", help="The op (default: the entry's drift op).")
 @click.option("--params", help="Case regex (default: the entry's drift params).")
-@click.option("--runs", type=click.IntRange(1, 1000), help="Repetitions (default: the entry's, else 5).")
+@click.option("--runs", type=Count(1, 1000), help="Repetitions (default: the entry's, else 5).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @pass_ctx
 def drift_cmd(ctx: Context, entry_id, build_dir, op, params, runs, fmt) -> int:
@@ -392,7 +393,7 @@ def analyze_cmd(log: Path, tool: str | None, fmt: str) -> int:
 
 
 @cli.command("runs")
-@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.option("--limit", type=Count(1, 10000), default=20, show_default=True)
 @click.option("--entry", help="Only runs of this entry.")
 @pass_ctx
 def runs_cmd(ctx: Context, limit: int, entry: str | None) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from kvdiag.commands.options import Count
 from kvdiag.errors import UsageError
 
 
@@ -30,25 +31,25 @@ def model_group() -> None:
 
 
 @model_group.command("synth")
-@click.option("--head-dim", type=int, required=True, help="Attention head dimension (K and V): selects the FA kernel.")
-@click.option("--n-head", type=int, required=True, help="Query heads.")
-@click.option("--n-head-kv", type=int, required=True, help="K/V heads; n_head / n_head_kv is the GQA ratio.")
-@click.option("--n-layer", type=int, default=2, show_default=True, help="Transformer blocks.")
+@click.option("--head-dim", type=Count(), required=True, help="Attention head dimension (K and V): selects the FA kernel.")
+@click.option("--n-head", type=Count(), required=True, help="Query heads.")
+@click.option("--n-head-kv", type=Count(), required=True, help="K/V heads; n_head / n_head_kv is the GQA ratio.")
+@click.option("--n-layer", type=Count(), default=2, show_default=True, help="Transformer blocks.")
 @click.option("--n-embd", default="auto", show_default=True, help="Embedding width (auto: n_head * head_dim).")
 @click.option("--n-ff", default="auto", show_default=True, help="Feed-forward width (auto: n_embd).")
-@click.option("--n-ctx", type=int, default=4096, show_default=True, help="<arch>.context_length.")
-@click.option("--vocab", "n_vocab", type=int, default=259, show_default=True,
+@click.option("--n-ctx", type=Count(), default=4096, show_default=True, help="<arch>.context_length.")
+@click.option("--vocab", "n_vocab", type=Count(), default=259, show_default=True,
               help="Vocabulary size: 3 specials + 256 byte tokens at least; more adds unused tokens.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--seed", type=Count(0), default=0, show_default=True, help="Seed of the random weights.")
 @click.option("--type", "dtype", type=click.Choice(["f16", "f32"]), default="f16", show_default=True,
               help="Type of the weight matrices (norms are always f32).")
 @click.option("--arch", type=click.Choice(["llama", "qwen35"]), default="llama", show_default=True,
               help="llama: plain attention. qwen35: Qwen3.5's hybrid trunk (gated delta net + attention), "
                    "the architecture that can carry an MTP head.")
-@click.option("--mtp-layers", type=click.IntRange(0, 1), default=0, show_default=True,
+@click.option("--mtp-layers", type=Count(0, 1), default=0, show_default=True,
               help="qwen35 only: append the NextN/MTP block that llama-server's --spec-type draft-mtp "
                    "drafts with (D3 needs 1).")
-@click.option("--attention-interval", type=click.IntRange(1), default=4, show_default=True,
+@click.option("--attention-interval", type=Count(1), default=4, show_default=True,
               help="qwen35 only: every Nth trunk layer is attention, the others gated delta net "
                    "(1: attention only).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from kvdiag.commands.options import Count, IdList, Seconds
 from kvdiag.engine.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
 from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, write_atomic
@@ -41,8 +42,8 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(SweepFormat.na
 @click.command("sweep")
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
               help="The build folder (default: $LLAMA_KV_BUILD).")
-@click.option("--only", multiple=True, metavar="IDS", help="Only these entries (comma-separated; repeatable).")
-@click.option("--exclude", multiple=True, metavar="IDS", help="Leave these entries out (comma-separated; repeatable).")
+@click.option("--only", multiple=True, type=IdList("D2,D10"), metavar="IDS", help="Only these entries (comma-separated; repeatable).")
+@click.option("--exclude", multiple=True, type=IdList("D2,D10"), metavar="IDS", help="Leave these entries out (comma-separated; repeatable).")
 @click.option("--shard", metavar="I/N",
               help="Run shard I of N: the selection in id order (D2 before D10), dealt round-robin.")
 @FORMAT_OPTION
@@ -53,8 +54,8 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(SweepFormat.na
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
-@click.option("--devices", metavar="I,J", help="GPUs to use (default: every visible one), as kvdiag lists them.")
-@click.option("--step-budget", type=click.FloatRange(min=1), metavar="SECONDS",
+@click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to use (default: every visible one), as kvdiag lists them.")
+@click.option("--step-budget", type=Seconds(86400, least=1), metavar="SECONDS",
               help="Seconds any step may run before its process tree is ended and the entry is inconclusive "
                    f"(default: {BUDGET_FACTOR}x the step's expected_seconds, at least {BUDGET_FLOOR_S:g}, "
                    "at most its timeout).")
@@ -175,7 +176,7 @@ def compare_cmd(ctx, before, after, fmt, changed_only) -> int:
 
 @click.command("history")
 @click.argument("entry_id")
-@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True,
+@click.option("--limit", type=Count(1, 100000), default=50, show_default=True,
               help="Show the newest N outcomes.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_obj

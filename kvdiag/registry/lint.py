@@ -9,6 +9,7 @@ their file names.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -95,6 +96,8 @@ def _check_value(value: Any, spec: schema.Key) -> str | None:
     elif kind == "float":
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             return "must be a number"
+        if not math.isfinite(value):                # TOML has nan and inf
+            return f"must be a finite number, not {value}"
     elif kind == "bool":
         if not isinstance(value, bool):
             return "must be true or false"
@@ -245,6 +248,9 @@ def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> Non
     for name, value in step.get("cmake_defines", {}).items():
         if not isinstance(value, str):
             add(f"{where}.cmake_defines.{name}", "must be a string, as on a cmake -D command line")
+    for key in ("timeout", "expected_seconds"):
+        if isinstance(step.get(key), (int, float)) and not step[key] > 0:
+            add(f"{where}.{key}", f"a time must be above 0 seconds (got {step[key]})")
     if step["kind"] != "backend-ops" and "min_cases" in step:
         add(f"{where}.min_cases", "only backend-ops steps count cases")
     if "sanitizer_options" in step and "sanitizer" not in step:
