@@ -20,6 +20,7 @@ from kvdiag.commands.exits import dispatch, finish
 from kvdiag.commands.options import Count, IdList, Seconds
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
+from kvdiag.fileio import written_as
 from kvdiag.help_text import add_help_blocks
 from kvdiag.registry.loader import Registry, load_registry
 from kvdiag.text import clip
@@ -204,7 +205,9 @@ def registry_export(ctx: Context, fmt: str, output_dir: Path | None, ids: tuple[
         click.echo(json.dumps(records, indent=2))
     else:
         written = write_osv_database(records, output_dir)
-        click.echo(f"kvdiag: wrote {len(written)} OSV record(s) to {output_dir}", err=True)
+        linked = [written_as(path, target) for path, target in written if path != target]
+        through = f"; {len(linked)} through a symlink: {', '.join(linked)}" if linked else ""
+        click.echo(f"kvdiag: wrote {len(written)} OSV record(s) to {output_dir}{through}", err=True)
     return 0
 
 

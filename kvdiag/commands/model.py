@@ -14,6 +14,7 @@ import click
 
 from kvdiag.commands.options import Count
 from kvdiag.errors import UsageError
+from kvdiag.fileio import written_as
 
 
 def _auto_int(value: str, option: str) -> int | None:
@@ -83,7 +84,7 @@ def synth_cmd(head_dim, n_head, n_head_kv, n_layer, n_embd, n_ff, n_ctx, n_vocab
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
         return 0
-    click.echo(f"wrote {report.path} ({report.bytes / 2**20:.1f} MiB, {report.n_params:,} parameters, {dtype})")
+    click.echo(f"wrote {written_as(output, report.path)} ({report.bytes / 2**20:.1f} MiB, {report.n_params:,} parameters, {dtype})")
     mtp = f" mtp_layers={spec.mtp_layers} (block_count {spec.block_count})" if spec.mtp_layers else ""
     click.echo(f"  {spec.arch}: head_dim={spec.head_dim} n_head={spec.n_head} n_head_kv={spec.n_head_kv} "
                f"(GQA {spec.gqa}) n_layer={spec.n_layer} n_embd={spec.embd} n_ff={spec.ff} "

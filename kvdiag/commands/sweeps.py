@@ -15,7 +15,7 @@ import click
 from kvdiag.commands.options import Count, IdList, Seconds
 from kvdiag.engine.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
 from kvdiag.errors import DataError, UsageError
-from kvdiag.fileio import output_target, write_atomic
+from kvdiag.fileio import output_target, write_atomic, written_as
 from kvdiag.exitcodes import ExitCode
 from kvdiag.report.formats import SweepFormat, clip
 from kvdiag.store.sweeps import Sweep, load_sweep, parse_shard, save_sweep
@@ -25,8 +25,8 @@ def _emit(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    write_atomic(output, text)
-    click.echo(f"kvdiag: wrote {output}", err=True)
+    written = write_atomic(output, text)
+    click.echo(f"kvdiag: wrote {written_as(output, written)}", err=True)
 
 
 def _write_formatted(sweep: Sweep, fmt: str, output: Path | None, quiet: bool) -> None:
@@ -102,7 +102,8 @@ def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer
                            skip_builds=skip_builds)
     _write_formatted(result.sweep, fmt, output, quiet)
     if not quiet:
-        click.echo(f"kvdiag: sweep saved to {result.path}", err=True)
+        also = f" and to {written_as(save, output_target(save))}" if save is not None else ""
+        click.echo(f"kvdiag: sweep saved to {result.path}{also}", err=True)
     return sweep_exit_code(result.sweep)
 
 
@@ -125,10 +126,11 @@ def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
     from kvdiag.store.sweeps import merge_sweeps, with_sources
 
     merged = with_sources(merge_sweeps([load_sweep(p) for p in shards]))   # printed as saved
-    save_sweep(merged, output)
+    written = save_sweep(merged, output)
     if not no_record:
         record_sweep(merged, path=output)
-    click.echo(f"kvdiag: merged {len(shards)} shard(s), {len(merged.outcomes)} entries, into {output}", err=True)
+    click.echo(f"kvdiag: merged {len(shards)} shard(s), {len(merged.outcomes)} entries, "
+               f"into {written_as(output, written)}", err=True)
     click.echo(SweepFormat(fmt).to_formatter().format(merged), nl=False)
     return sweep_exit_code(merged)
 

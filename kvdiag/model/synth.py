@@ -215,17 +215,21 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
 
 @dataclass(frozen=True)
 class SynthReport:
-    """What was written."""
+    """What was written: ``path`` is the file itself, ``given`` the path asked for (a symlink to
+    ``path`` when the two differ)."""
 
     path: Path
     spec: ModelSpec
     tensors: dict[str, tuple[int, ...]] = field(default_factory=dict)
     n_params: int = 0
     bytes: int = 0
+    given: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
         s = self.spec
-        return {"path": str(self.path), "architecture": s.arch, "mtp_layers": s.mtp_layers, "name": s.model_name, "head_dim": s.head_dim,
+        through = str(self.given) if self.given is not None and Path(self.given) != Path(self.path) else None
+        return {"path": str(self.path), "through_symlink": through, "architecture": s.arch,
+                "mtp_layers": s.mtp_layers, "name": s.model_name, "head_dim": s.head_dim,
                 "n_head": s.n_head, "n_head_kv": s.n_head_kv, "gqa_ratio": s.gqa, "n_layer": s.n_layer,
                 "n_embd": s.embd, "n_ff": s.ff, "n_ctx": s.n_ctx, "n_vocab": s.n_vocab, "dtype": s.dtype,
                 "seed": s.seed, "n_params": self.n_params, "bytes": self.bytes,
@@ -268,9 +272,10 @@ def synthesize(spec: ModelSpec, path: Path) -> SynthReport:
         tmp.unlink(missing_ok=True)
         raise
     writer.close()
-    commit_atomic(tmp, path)
+    written = commit_atomic(tmp, path)
     n_params = sum(int(np.prod(ne)) for ne in shapes.values())
-    return SynthReport(path=path, spec=spec, tensors=shapes, n_params=n_params, bytes=path.stat().st_size)
+    return SynthReport(path=written, spec=spec, tensors=shapes, n_params=n_params, bytes=written.stat().st_size,
+                       given=path)
 
 
 def _metadata(writer, gguf, spec: ModelSpec) -> None:

@@ -38,9 +38,9 @@ _sequence = 0
 _open_runs: dict[Path, "RunDir"] = {}
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any) -> Path:
     """Write JSON so that a reader sees the old file or the new one, never half of one."""
-    write_json(path, data)
+    return write_json(path, data)
 
 
 def _boot_id() -> str | None:

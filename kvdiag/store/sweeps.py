@@ -170,10 +170,10 @@ def check_sweep_path(path: Path) -> None:
 
 def save_sweep(sweep: Sweep, path: Path) -> Path:
     """Save ``sweep`` (with its ``sources`` resolved, see `with_sources`) atomically: a temporary
-    file, then a rename over the old one; only onto a regular file or a new path."""
+    file, then a rename over the old one; only onto a regular file or a new path. Returns the
+    file written (a symlink's target: see kvdiag.fileio)."""
     check_sweep_path(Path(path))
-    write_json_atomic(Path(path), with_sources(sweep).to_dict())
-    return Path(path)
+    return write_json_atomic(Path(path), with_sources(sweep).to_dict())
 
 
 def load_sweep(path: Path) -> Sweep:
