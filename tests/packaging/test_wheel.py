@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import site
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 from engine.engine_helpers import make_build, make_sanitizer
+from venvs import make_venv
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_PARTS = ("kvdiag", "registry", "probes", "repro", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
@@ -34,33 +33,6 @@ def _copy_source(dest: Path) -> Path:
         else:
             shutil.copyfile(src, dest / part)
     return dest
-
-
-def _running_site_dirs() -> list[str]:
-    """The site-packages folders this interpreter imports kvdiag's dependencies from."""
-    dirs = list(site.getsitepackages())
-    if site.ENABLE_USER_SITE:
-        dirs.append(site.getusersitepackages())
-    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
-
-
-def _make_venv(venv: Path, env: dict[str, str]) -> None:
-    """A venv that imports the wheel's kvdiag from its own site-packages and the dependencies
-    (click, tabulate, ...) from the folders the running interpreter reads them from.
-
-    ``python -m venv --system-site-packages`` is not that: run from inside a venv (how a
-    newcomer installs), it inherits the *base* interpreter's site-packages, which need not
-    hold the dependencies at all, so the wheel's `kvdiag` died importing click. Installing
-    the dependencies into the new venv would need the network (or a wheel cache) and minutes.
-    A ``.pth`` file naming the running interpreter's site folders gives exactly what this
-    interpreter can import, whichever way it was installed (a venv, the system, --user).
-    Plain folder lines only: the ``.pth`` files inside those folders (an editable install of
-    kvdiag among them) are not run, and the venv's own site-packages comes first on sys.path,
-    so the only kvdiag the venv can import is the installed wheel.
-    """
-    _quiet([sys.executable, "-m", "venv", "--without-pip", str(venv)], env=env)
-    purelib = sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
-    (Path(purelib) / "_kvdiag_test_dependencies.pth").write_text("\n".join(_running_site_dirs()) + "\n")
 
 
 def _quiet(argv: list[str], **kw) -> None:
@@ -79,8 +51,8 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
     wheels = list((root / "dist").glob("kvdiag-*.whl"))
     assert len(wheels) == 1, wheels
     venv = root / "venv"
-    _make_venv(venv, env)
-    _quiet([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+    python = make_venv(venv)            # from inside a venv too: see tests/venvs.py
+    _quiet([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
             str(wheels[0])], cwd=root, env=env)
     shutil.rmtree(src)                  # nothing may read the copy the wheel was built from
     work = root / "work"
