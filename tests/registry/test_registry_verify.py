@@ -18,6 +18,7 @@ from kvdiag.engine.applicability import Facts, judge_applicability
 from kvdiag.exitcodes import ExitCode
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.verify import verify_entries
+from kvdiag.target.sites import SiteSpec
 from kvdiag.target.tree import Tree
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -118,13 +119,16 @@ def test_unknown_tree_is_a_note_never_not_applicable(tmp_path):
     assert any("could not check for test test-upstream-merge-keepers-static" in n for n in judgement.notes)
 
 
-def test_a_moved_site_is_reported_with_where_it_is_now(tmp_path):
+def test_a_site_is_placed_by_its_context_in_either_layout_and_a_common_text_alone_is_ambiguous(tmp_path):
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "k.cuh").write_text("a\nb\n__syncthreads();\nc\n")
+    (tmp_path / "src" / "k.cuh").write_text("a\n__syncthreads();\nif (x) {\n  b();\n  __syncthreads();\n}\n")
     tree = Tree.open(tmp_path)
-    assert tree.site("src/k.cuh", 3, "__syncthreads();").found
-    moved = tree.site("ggml/src/k.cuh", 2, "__syncthreads();")
-    assert not moved.found and "now at line 3" in moved.detail
+    anchored = tree.place(SiteSpec("ggml/src/k.cuh", "__syncthreads();", "if (x) {", at={"abc": 2}))
+    assert (anchored.state, anchored.at, anchored.recorded) == ("found", "src/k.cuh:5", None)
+    bare = tree.place(SiteSpec("src/k.cuh", "__syncthreads();"))
+    assert bare.state == "ambiguous" and bare.line is None
+    assert bare.detail == ("ambiguous: 2 candidates, line 2 (after line 1: `a`); "
+                           "line 5 (after line 4: `b();`)")
 
 
 def test_an_option_is_found_in_the_cmake_files_without_a_cache(tmp_path):
