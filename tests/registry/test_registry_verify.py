@@ -9,7 +9,6 @@ and CTest names (names only, no fetched source).
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -20,26 +19,16 @@ from kvdiag.registry.loader import load_registry
 from kvdiag.registry.verify import verify_entries
 from kvdiag.target.sites import SiteSpec
 from kvdiag.target.tree import Tree
+from tree_stand_in import listing, stand_in
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-LISTING = json.loads((FIXTURES / "trees" / "fork-775450a68-tests.json").read_text())
+LISTING = listing("fork-775450a68-tests.json")
 OLD_D10_FACTS = ('files = ["tests/test-upstream-merge-keepers-static.cpp"]\n\n[applies]\n'
                  'source_paths = ["tests/test-upstream-merge-keepers-static.cpp"]\n')
 
 
 def _fork_stand_in(root: Path) -> tuple[Path, Path]:
     """A source folder with the recorded tests/ names (empty files) and a build whose CTest lists the tests."""
-    source, build = root / "src", root / "build"
-    (source / "tests").mkdir(parents=True)
-    for name in LISTING["tests_dir"]:
-        (source / "tests" / name).write_text("")
-    (build / "tests").mkdir(parents=True)
-    (build / "CTestTestfile.cmake").write_text('subdirs("tests")\n')
-    lines = [f'add_test([=[{name}]=] "/usr/bin/{cmd[0]}" ' + " ".join(f'"{source}/tests/{a}"' for a in cmd[1:]) + ")"
-             for name, cmd in LISTING["ctest"].items()]
-    (build / "tests" / "CTestTestfile.cmake").write_text("\n".join(lines) + "\n")
-    (build / "CMakeCache.txt").write_text(f"CMAKE_HOME_DIRECTORY:INTERNAL={source}\nGGML_CUDA:BOOL=ON\n")
-    return source, build
+    return stand_in(LISTING, root, cache={"GGML_CUDA": "ON"})
 
 
 def _registry_with_old_d10(root: Path, project_dir: Path) -> Path:
