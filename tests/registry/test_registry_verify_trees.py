@@ -37,10 +37,14 @@ def registry():
     return load_registry(None)
 
 
-def _tree(tag: str, root):
-    recorded = listing(f"llama-{tag}-facts.json")
+def _tree_of(name: str, root):
+    recorded = listing(name)
     source, build = stand_in(recorded, root)
     return recorded, Tree.open(source, build, commit=recorded["tree"]["commit"])
+
+
+def _tree(tag: str, root):
+    return _tree_of(f"llama-{tag}-facts.json", root)
 
 
 @pytest.mark.parametrize("tag", sorted(TREES))
@@ -100,3 +104,22 @@ def test_the_old_bare_site_is_ambiguous_there_listing_each_candidate(tmp_path, p
     assert ("D2.md: location.sites[0]: src/ggml-cuda/fattn-mma-f16.cuh: the line holding `__syncthreads();`: "
             "ambiguous: 2 candidates, line 1400 (after line 1355: `if (np > 1 && threadIdx.y % np == 0) {`); "
             "line 1425 (after line 1421: `} else if (np > 1) {`)") in out
+
+
+def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_commit(tmp_path, registry):
+    """BeeLlama 775450a68 as the H200 verified it (56 facts, 0 mismatches), now from its evidence:
+    every site found by its context at the line `at` records for that commit."""
+    recorded, tree = _tree_of("fork-775450a68-facts.json", tmp_path)
+    reports = verify_entries(registry.entries, tree)
+    assert {r.entry_id: {"other_tree": r.other_tree is not None, "facts": r.states,
+                         "sites": {s.key: [s.placement.state, s.placement.line] for s in r.sites}}
+            for r in reports} == recorded["verify"]
+    assert (sum(r.checked for r in reports), [m for r in reports for m in r.mismatches]) == (56, [])
+    placed = {(r.entry_id, s.key): (s.placement.at, s.placement.recorded) for r in reports for s in r.sites}
+    assert placed == {
+        ("D1", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn.cu:380", 380),
+        ("D2", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn-mma-f16.cuh:1607", 1607),
+        ("D7", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn-mma-kvarn-case.cuh:178", 178),
+        ("D7", "location.sites[1]"): ("ggml/src/ggml-cuda/fattn-mma-kvarn-case.cuh:245", 245),
+        ("D7", "location.sites[2]"): ("ggml/src/ggml-cuda/fattn-mma-f16.cuh:1149", 1149),
+    }
