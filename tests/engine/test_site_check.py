@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,9 +19,8 @@ from engine_helpers import FIXTURES
 from kvdiag.engine.site_check import check_site, printed_sites
 from kvdiag.engine.verdict import Outcome
 from kvdiag.target.tree import Tree
+from tree_stand_in import listing, stand_in
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
-from tree_stand_in import listing, stand_in  # noqa: E402
 
 SESSION4 = FIXTURES / "device" / "h200-fork-llama-session4"
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-TREES = Path(__file__).resolve().parents[1] / "fixtures" / "trees"
+TREES = Path(__file__).resolve().parent / "fixtures" / "trees"
 
 
 def listing(name: str) -> dict[str, Any]:
