@@ -43,6 +43,12 @@ def _tree_of(name: str, root):
     return recorded, Tree.open(source, build, commit=recorded["tree"]["commit"])
 
 
+def _said(reports) -> dict:
+    """Verify's answers as record_tree.py keeps them: every fact's state, each site's state and line."""
+    return {r.entry_id: {"other_tree": r.other_tree is not None, "facts": r.states,
+                         "sites": {s.key: [s.placement.state, s.placement.line] for s in r.sites}} for r in reports}
+
+
 def _tree(tag: str, root):
     return _tree_of(f"llama-{tag}-facts.json", root)
 
@@ -51,9 +57,7 @@ def _tree(tag: str, root):
 def test_every_fact_states_on_the_stand_in_what_verify_said_on_the_real_tree(tag, tmp_path, registry):
     recorded, tree = _tree(tag, tmp_path)
     reports = verify_entries(registry.entries, tree)
-    said = {r.entry_id: {"other_tree": r.other_tree is not None, "facts": r.states,
-                         "sites": {s.key: [s.placement.state, s.placement.line] for s in r.sites}} for r in reports}
-    assert said == recorded["verify"]
+    assert _said(reports) == recorded["verify"]
     assert {r.entry_id for r in reports if r.other_tree} == OTHER_TREES
     assert sum(r.checked for r in reports) == 34
 
@@ -111,9 +115,7 @@ def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_co
     every site found by its context at the line `at` records for that commit."""
     recorded, tree = _tree_of("fork-775450a68-facts.json", tmp_path)
     reports = verify_entries(registry.entries, tree)
-    assert {r.entry_id: {"other_tree": r.other_tree is not None, "facts": r.states,
-                         "sites": {s.key: [s.placement.state, s.placement.line] for s in r.sites}}
-            for r in reports} == recorded["verify"]
+    assert _said(reports) == recorded["verify"]
     assert (sum(r.checked for r in reports), [m for r in reports for m in r.mismatches]) == (56, [])
     placed = {(r.entry_id, s.key): (s.placement.at, s.placement.recorded) for r in reports for s in r.sites}
     assert placed == {
