@@ -144,7 +144,7 @@ def registry_lint(ctx: Context) -> int:
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), default=None,
               help="A configured build of it: CTest tests, CMakeCache options, binaries.")
 @click.option("--commit", default=None, help="The tree's commit, for a folder that is not a git checkout "
-                                              "(picks the line sites recorded at that commit).")
+                                              "(the sites' lines recorded at that commit are checked).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.argument("ids", nargs=-1)
 @pass_ctx
@@ -154,7 +154,9 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
 
     Files, tests (CTest names from the build's CTestTestfile.cmake files, or a
     tests/<name>.* source in any language), CMake options, binaries, functions and
-    line sites. Exits 0 with no mismatch, 65 with any.
+    sites, each found by its context: a site at a line no record of this tree names
+    is told on stderr; one that is ambiguous or not found is a mismatch. Exits 0 with
+    no mismatch, 65 with any.
     """
     from kvdiag.registry.verify import verify_entries
     from kvdiag.target.tree import Tree
@@ -177,6 +179,9 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
                 click.echo(f"{r.file}: not this tree's defect ({r.other_tree}): its other facts not checked", err=True)
             for why in r.unknown:
                 click.echo(f"{r.file}: not checked: {why}", err=True)
+            for place in r.sites:
+                if place.unrecorded:
+                    click.echo(f"{r.file}: {place.key}: {place.describe()}", err=True)
         checked = sum(r.checked for r in reports)
         click.echo(f"{len(reports)} entries, {checked} facts checked, {len(mismatches)} mismatch(es)",
                    err=bool(mismatches))

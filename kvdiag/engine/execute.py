@@ -21,6 +21,7 @@ from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
 from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
+from kvdiag.engine.site_check import check_site
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
 from kvdiag.engine.wrapping import sanitizer_invocation
@@ -34,6 +35,7 @@ from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.server import completion_requests, run_server_attempt
 from kvdiag.store.runs import RunDir
+from kvdiag.target.tree import Tree
 
 GateProvider = Callable[[str | None], Gate]
 
@@ -149,15 +151,27 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
             extra = {**extra, "comparison": comparison}
             reason += f"; {describe_comparison(comparison)}"
         interrupted = interrupted or _cancelled(options)
-    if verdict is Verdict.CONFIRMED and any(
-            a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
-        warnings.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
+    if verdict is Verdict.CONFIRMED:
+        notes, site = confirmed_notes(entry, target, attempts)
+        warnings += notes
+        extra = {**extra, **({"site": site} if site else {})}
     outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings)), step.name,
                       time.monotonic() - started, {**extra, **({"interrupted": True} if interrupted else {})})
     _finish(run_dir, header, outcome)
     if interrupted:
         raise RunInterrupted(outcome)
     return outcome
+
+
+def confirmed_notes(entry: Entry, target: Target, attempts: list[Attempt]) -> tuple[list[str], dict | None]:
+    """A confirmation's notes: sites printed without file:line, and whether the printed site is the
+    registry's site for this tree (engine.site_check; its placement is returned for the outcome)."""
+    notes = []
+    if any(a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
+        notes.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
+    tree = Tree.from_build_info(target.build) if target.build is not None else Tree(None)
+    site, note = check_site(entry, tree, attempts)
+    return notes + ([note] if note else []), site
 
 
 def _attribute(entry: Entry, step: Step, target: Target, run_dir: RunDir, attempts: list[Attempt],

@@ -141,24 +141,33 @@ def _check_value(value: Any, spec: schema.Key) -> str | None:
     return None
 
 
-SITE_KEYS = {"file": str, "line": int, "holds": str, "commit": str}
+SITE_KEYS = {"file": str, "holds": str, "anchor": str, "at": dict, "line": int, "commit": str}
+SITE_REQUIRED = ("file", "holds")
 
 
 def _check_sites(value: Any) -> str | None:
-    """`location.sites`: each {file, line, holds} (commit optional), so `registry verify` can check it."""
+    """`location.sites`: each {file, holds} with an optional `anchor` and `at` record (the older
+    `line` + `commit` still read as one record), so `registry verify` can find it again."""
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        return "must be an array of tables {file, line, holds, commit}"
+        return "must be an array of tables {file, holds, anchor, at} ([[location.sites]])"
     for i, site in enumerate(value):
         unknown = sorted(set(site) - set(SITE_KEYS))
         if unknown:
             return f"[{i}]: invalid key {', '.join(unknown)} (known: {', '.join(SITE_KEYS)})"
+        missing = [key for key in SITE_REQUIRED if key not in site]
+        if missing:
+            return f"[{i}]: required key {missing[0]} is missing"
         for key, typ in SITE_KEYS.items():
-            if key != "commit" and key not in site:
-                return f"[{i}]: required key {key} is missing"
             if key in site and (not isinstance(site[key], typ) or isinstance(site[key], bool)):
-                return f"[{i}].{key}: must be {'an integer' if typ is int else 'a string'}"
-        if not site["holds"].strip():
-            return f"[{i}].holds: must name the text the line holds"
+                kind = {int: "an integer", dict: "a table of commit = line"}.get(typ, "a string")
+                return f"[{i}].{key}: must be {kind}"
+        for key in ("holds", "anchor"):
+            if key in site and not site[key].strip():
+                return f"[{i}].{key}: must name the text the line holds"
+        bad = [c for c, line in site.get("at", {}).items()
+               if not isinstance(line, int) or isinstance(line, bool) or line < 1]
+        if bad:
+            return f"[{i}].at.{bad[0]}: must be a line number (1 or more)"
     return None
 
 

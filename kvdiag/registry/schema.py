@@ -96,9 +96,9 @@ LOCATION = Section(
         "functions": Key("list[str]"),
         "lines": _s("Line or ranges at the commit the entry was written against."),
         "commit": _s("The commit the lines refer to."),
-        "sites": Key("list[table]", doc="Checked line sites: {file, line, holds, commit}; `kvdiag registry "
-                                        "verify` reports a site whose line no longer holds the text `holds` "
-                                        "and where that text is now."),
+        "sites": Key("list[table]", doc="Sites found by their context ([[location.sites]]: file, holds, "
+                                        "anchor, at): `kvdiag registry verify` names the line each is at in a "
+                                        "tree, or says it is ambiguous (listing the candidates) or not found."),
     },
 )
 

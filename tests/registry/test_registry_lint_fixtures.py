@@ -30,6 +30,7 @@ BAD = {
     "exit-without-signal": [("D1.md", "signature[0]", "an exit matcher needs exactly one of signal or code")],
     "malformed-params": [("D1.md", "repro[0].vars.params", "malformed regex")],
     "datetime-not-date": [("D1.md", "defect.reported", "not a date and time")],
+    "site-line-zero": [("D1.md", "location.sites", "[0].at.d99724f2: must be a line number (1 or more)")],
 }
 
 # what still loads from each bad registry
@@ -100,3 +101,17 @@ def test_example_template_names_every_section(registry_dir):
     for name, section in SECTIONS.items():
         header = f"[[{name}]]" if section.many else f"[{name}]"
         assert header in content, header
+
+
+@pytest.mark.parametrize("site, message", [
+    ({"file": "a.cu", "holds": "x;", "near": 3}, "[0]: invalid key near (known: file, holds, anchor, at, line, commit)"),
+    ({"file": "a.cu", "anchor": "if (x) {"}, "[0]: required key holds is missing"),
+    ({"file": "a.cu", "holds": "x;", "anchor": " "}, "[0].anchor: must name the text the line holds"),
+    ({"file": "a.cu", "holds": "x;", "at": [1538]}, "[0].at: must be a table of commit = line"),
+    ({"file": "a.cu", "holds": "x;", "at": {"d99724f2": "1538"}}, "[0].at.d99724f2: must be a line number (1 or more)"),
+])
+def test_each_malformed_site_is_named(site, message):
+    from kvdiag.registry.lint import _check_sites
+
+    assert _check_sites([site]) == message
+    assert _check_sites([{"file": "a.cu", "holds": "x;", "anchor": "if (x) {", "at": {"d99724f2": 1538}}]) is None
