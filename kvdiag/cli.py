@@ -21,11 +21,11 @@ from kvdiag.commands.options import Count, IdList, Seconds
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
 from kvdiag.fileio import written_as
-from kvdiag.help_text import add_help_blocks
+from kvdiag.help_text import add_help_blocks, exit_code_lines
 from kvdiag.registry.loader import Registry, load_registry
 from kvdiag.text import clip
 
-EXIT_HELP = "\n".join(f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_TABLE)
+EXIT_HELP = "\n".join(exit_code_lines((int(code), text) for code, text in EXIT_CODE_TABLE))
 EPILOG = f"\b\nExit codes:\n{EXIT_HELP}\n\nEach command's help lists the codes it can return, with an example."
 
 
@@ -56,10 +56,10 @@ def cli(ctx: click.Context, registry_dir: Path | None) -> None:
 
     \b
     Typical use:
-      kvdiag list                          the known defects
-      kvdiag show D2 --build BUILD         an entry, and the exact argv it would run
-      kvdiag run D2 --build BUILD          one verdict, with the output that supports it
-      kvdiag doctor                        prove the sanitizer tools work on this machine
+      kvdiag list                    the known defects
+      kvdiag show D2 --build BUILD   an entry, and the exact argv it would run
+      kvdiag run D2 --build BUILD    one verdict, with the output behind it
+      kvdiag doctor                  prove the sanitizer tools work here
     """
     ctx.obj = Context(registry_dir)
 

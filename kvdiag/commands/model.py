@@ -71,8 +71,9 @@ def synth_cmd(head_dim, n_head, n_head_kv, n_layer, n_embd, n_ff, n_ctx, n_vocab
     with one MTP block:
 
     \b
-      kvdiag model synth --arch qwen35 --mtp-layers 1 --head-dim 256 --n-head 8 \\
-          --n-head-kv 2 --n-layer 4 --n-embd 256 --n-ff 512 -o tiny-mtp.gguf
+      kvdiag model synth --arch qwen35 --mtp-layers 1 --head-dim 256 \\
+          --n-head 8 --n-head-kv 2 --n-layer 4 --n-embd 256 --n-ff 512 \\
+          -o tiny-mtp.gguf
     """
     from kvdiag.model.synth import ModelSpec, synthesize
 

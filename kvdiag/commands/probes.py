@@ -265,11 +265,8 @@ def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, bui
                numeric_params, step, sanitizer, build_timeout, probes_dir, fmt, quiet) -> int:
     """Verify a fix: the repro before and after the probe stack, and the numeric test.
 
-    \b
-    Exit 0  fix verified (confirmed before, not reproduced after, numeric test passed)
-    Exit 1  not verified (still reproduces, or the fix breaks results)
-    Exit 4  inconclusive (including a patched tree that does not build)
-    Exit 64/70  usage error (a probe that does not apply) / harness failure
+    Verified means confirmed before the probes, not reproduced after them, and
+    the numeric test still passing on the patched build.
     """
     from kvdiag.commands.progress import progress_display
     from kvdiag.engine.scratch_build import BuildFailed
