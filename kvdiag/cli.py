@@ -324,39 +324,49 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.option("--batch", type=Count(0, 32), default=0, show_default=True,
               help="Cases per process: 0 spreads the cases evenly over the workers (at most 32 each), "
                    "1 runs one process per case.")
+@click.option("--shard", metavar="I/N|auto",
+              help="Run shard I of N (from 1) of the cases, each case's shard fixed by its name; auto: I and N "
+                   "from a Slurm job array, a Kubernetes Indexed Job or GitLab parallel: (docs/fleets.md).")
+@click.option("--save", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also save the scan JSON here, for `kvdiag merge` (it is always saved under the run store).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @pass_ctx
-def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, batch, fmt) -> int:
+def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, batch, shard, save,
+             fmt) -> int:
     """Every affected shape: every test case judged on its own output, in parallel, aggregated.
 
     Cases run several to a process (a host starts only a few CUDA processes per
     second); each case's findings are those printed with it, and a case a batch
     cannot judge runs again alone. With several GPUs, -j is per GPU and every case
-    names the GPU it ran on.
+    names the GPU it ran on. With --shard, the cases are dealt by name: the
+    shards' saved scans merge (`kvdiag merge`) into the whole scan.
+
     Exit 1 if any case is affected, 4 if none is but some case was inconclusive,
     else 0; when the entry cannot be scanned here, the exit code of that verdict
     (2 not-applicable, 3 skipped).
     """
+    import os
+
     from kvdiag.commands.runs import ScanNotRun, scan_and_show
+    from kvdiag.engine.scan import scan_exit_code
+    from kvdiag.fileio import output_target
+    from kvdiag.shards import resolve_shard
 
     entry = ctx.registry.get(entry_id)
     if not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
+    chosen = resolve_shard(shard, os.environ)
+    if save is not None:
+        output_target(save)              # refuse a FIFO or device before the scan runs, not after
     try:
         result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
-                               fmt=fmt, devices=devices, batch=batch)
+                               fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save)
     except ScanNotRun as exc:
         from kvdiag.engine.verdict import Verdict
 
         click.echo(f"kvdiag: {exc}", err=True)
         return int(Verdict(exc.verdict).exit_code)
-    if result.interrupted:
-        return int(ExitCode.INTERRUPTED)
-    if result.affected:
-        return int(ExitCode.CONFIRMED)
-    from kvdiag.engine.verdict import Verdict
-
-    return int(ExitCode.INCONCLUSIVE) if result.by_verdict(Verdict.INCONCLUSIVE) else 0
+    return scan_exit_code(result.to_dict()["counts"], result.interrupted)
 
 
 @cli.command("drift")

@@ -8,9 +8,11 @@ kvdiag 0.1.x wrote format /1, without `sources`; it is read as it is. Formatters
 objects, so a sweep saved on the GPU machine renders the same anywhere later.
 
 Shards: `kvdiag sweep --shard i/n` runs a deterministic part of a selection
-(see `kvdiag.engine.sweep.shard_entries`); each shard records the whole
-`selection`, so `merge_sweeps` can prove that shards 1..n of one selection, of
-one target, together cover every entry exactly once.
+(see `kvdiag.engine.sweep.shard_entries`; `--shard auto` takes i/n from a job
+engine, `kvdiag.shards`, and `shard_from` records which, with its variables);
+each shard records the whole `selection`, so `merge_sweeps` can prove that
+shards 1..n of one selection, of one target, together cover every entry exactly
+once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, read_json
 from kvdiag.records.sweep import SweepOutcome
 from kvdiag.records.verdict import Outcome, Verdict
+from kvdiag.shards import parse_shard
 from kvdiag.store.runs import write_json_atomic
 
 #: the version written; /2 adds each outcome's ``sources`` (its files as paths of the swept tree)
@@ -39,17 +42,6 @@ def entry_sort_key(entry_id: str) -> tuple:
     """Natural order of ids: D2 before D10 (the order sweeps, shards and reports use)."""
     parts = _NATURAL.split(entry_id.upper())
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"2/4"`` -> (2, 4); a UsageError for anything that is not 1 <= i <= n."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
-    if not match:
-        raise UsageError(f"a shard is written i/n (e.g. 2/4), got {text!r}")
-    index, count = int(match.group(1)), int(match.group(2))
-    if count < 1 or not 1 <= index <= count:
-        raise UsageError(f"shard {text!r} is out of range: i/n needs 1 <= i <= n")
-    return index, count
 
 
 def shard_ids(ids: Sequence[str], shard: str | None) -> list[str]:
@@ -80,6 +72,7 @@ class Sweep:
     kvdiag_version: str
     selection: Sequence[str] = ()      # every id of the sweep's selection, before sharding
     interrupted: bool = False          # Ctrl-C: the outcomes are those that finished
+    shard_from: Mapping[str, Any] | None = None   # --shard auto: the job engine and the variables it set
 
     def __post_init__(self) -> None:
         # Outcomes given as saved (mappings) are read through the one reader, so `outcomes` always holds
@@ -113,6 +106,7 @@ class Sweep:
             "started_at": self.started_at,
             "wall_s": round(float(self.wall_s), 3),
             "shard": self.shard,
+            "shard_from": dict(self.shard_from) if self.shard_from else None,
             "selection": list(self.selection),
             "interrupted": self.interrupted,
             "target": self.target,
@@ -139,7 +133,8 @@ class Sweep:
                    wall_s=float(data.get("wall_s") or 0.0), shard=data.get("shard"),
                    kvdiag_version=str(data.get("kvdiag_version", "?")),
                    selection=list(data.get("selection") or [o.entry_id for o in typed]),
-                   interrupted=bool(data.get("interrupted", False)))
+                   interrupted=bool(data.get("interrupted", False)),
+                   shard_from=data.get("shard_from") if isinstance(data.get("shard_from"), Mapping) else None)
 
 
 def sweep_outcome(outcome: Outcome, *, title: str, run_dir: str | None,
@@ -355,7 +350,7 @@ def merge_sweeps(sweeps: Sequence[Sweep]) -> Sweep:
         started_at, wall_s = begin.isoformat(), end - begin.timestamp()
     else:
         started_at, wall_s = min(s.started_at for s in sweeps), max(s.wall_s for s in sweeps)
-    return replace(first, outcomes=outcomes, started_at=started_at, wall_s=wall_s, shard=None,
+    return replace(first, outcomes=outcomes, started_at=started_at, wall_s=wall_s, shard=None, shard_from=None,
                    selection=sorted(first.selection, key=entry_sort_key), interrupted=False)
 
 
