@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from kvdiag.errors import UsageError
 
@@ -105,6 +105,41 @@ def shard_from_environment(environ: Mapping[str, str]) -> Shard:
             raise UsageError(f"--shard auto: {first.engine} says shard {first.text} ({_listed(first)}) but "
                              f"{other.engine} says {other.text} ({_listed(other)}): give --shard i/n")
     return first
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file given to `kvdiag merge`, as far as its shard goes."""
+
+    shard: str | None
+    interrupted: bool
+    label: str                  # how to name it when it is no shard: "sweep #2 (started …)"
+
+
+def complete_split(parts: Sequence[Part], command: str, what: str) -> int:
+    """n, when ``parts`` are shards 1..n of one split, each once and none interrupted; else one
+    UsageError naming the problem (a missing shard by its i/n). ``command`` makes the shards of
+    ``what`` ("the selection", "the scan")."""
+    split = []
+    for part in parts:
+        if not part.shard:
+            raise UsageError(f"{part.label} is not a shard: merge takes the files of `{command} --shard i/n`")
+        split.append(parse_shard(part.shard))
+    counts = {n for _, n in split}
+    if len(counts) != 1:
+        raise UsageError(f"the shards split {what} differently: {', '.join(str(p.shard) for p in parts)}")
+    count = counts.pop()
+    indexes = [i for i, _ in split]
+    repeated = sorted({i for i in indexes if indexes.count(i) > 1})
+    if repeated:
+        raise UsageError(f"shard(s) {', '.join(f'{i}/{count}' for i in repeated)} given more than once")
+    missing = sorted(set(range(1, count + 1)) - set(indexes))
+    if missing:
+        raise UsageError(f"incomplete: shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing")
+    interrupted = [str(p.shard) for p in parts if p.interrupted]
+    if interrupted:
+        raise UsageError(f"shard(s) {', '.join(interrupted)} were interrupted: run them again before merging")
+    return count
 
 
 def case_shard(case: str, count: int) -> int:

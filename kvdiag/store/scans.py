@@ -19,9 +19,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, read_json
 from kvdiag.records.verdict import Verdict
-from kvdiag.shards import case_shard, parse_shard
+from kvdiag.shards import Part, case_shard, complete_split, parse_shard
 from kvdiag.store.runs import write_json_atomic
-from kvdiag.store.sweeps import target_identity
+from kvdiag.store.sweeps import check_same_target
 
 SCAN_FORMAT = "kvdiag-scan/1"
 VERDICTS = tuple(v.value for v in Verdict)
@@ -72,7 +72,9 @@ def merge_scans(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     scans = list(scans)
     if not scans:
         raise UsageError("nothing to merge: give the shards' scan files")
-    count = _check_shards(scans)
+    count = complete_split([Part(s.get("shard"), bool(s.get("interrupted")),
+                                 f"scan #{i} ({s.get('entry')}, started {s.get('started_at') or '?'})")
+                            for i, s in enumerate(scans, start=1)], "kvdiag scan", "the scan")
     first = scans[0]
     for s in scans[1:]:
         _check_same(first, s)
@@ -92,39 +94,12 @@ def merge_scans(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return _merged(scans, count)
 
 
-def _check_shards(scans: Sequence[Mapping[str, Any]]) -> int:
-    shards = []
-    for i, s in enumerate(scans, start=1):
-        if not s.get("shard"):
-            raise UsageError(f"scan #{i} ({s.get('entry')}, started {s.get('started_at') or '?'}) is not a shard: "
-                             f"merge takes the files of `kvdiag scan --shard i/n`")
-        shards.append(parse_shard(s["shard"]))
-    counts = {n for _, n in shards}
-    if len(counts) != 1:
-        raise UsageError(f"the shards split the scan differently: {', '.join(s['shard'] for s in scans)}")
-    count = counts.pop()
-    indexes = [i for i, _ in shards]
-    repeated = sorted({i for i in indexes if indexes.count(i) > 1})
-    if repeated:
-        raise UsageError(f"shard(s) {', '.join(f'{i}/{count}' for i in repeated)} given more than once")
-    missing = sorted(set(range(1, count + 1)) - set(indexes))
-    if missing:
-        raise UsageError(f"incomplete: shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing")
-    interrupted = [s["shard"] for s in scans if s.get("interrupted")]
-    if interrupted:
-        raise UsageError(f"shard(s) {', '.join(interrupted)} were interrupted: run them again before merging")
-    return count
-
-
 def _check_same(first: Mapping[str, Any], other: Mapping[str, Any]) -> None:
     pair = f"shards {first['shard']} and {other['shard']}"
     for key in _SAME:
         if first[key] != other[key]:
             raise UsageError(f"{pair} scanned different {key}s: {first[key]!r} vs {other[key]!r}")
-    base, theirs = target_identity(first.get("target") or {}), target_identity(other.get("target") or {})
-    if base != theirs:
-        diff = ", ".join(f"{k}: {base[k]!r} vs {theirs[k]!r}" for k in base if base[k] != theirs[k])
-        raise UsageError(f"{pair} ran against different targets ({diff})")
+    check_same_target(pair, first.get("target") or {}, other.get("target") or {})
     if sorted(first.get("selection") or []) != sorted(other.get("selection") or []):
         raise UsageError(f"{pair} come from different selections of cases (another build's listing, or --limit)")
 

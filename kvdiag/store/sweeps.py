@@ -27,7 +27,7 @@ from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, read_json
 from kvdiag.records.sweep import SweepOutcome
 from kvdiag.records.verdict import Outcome, Verdict
-from kvdiag.shards import parse_shard
+from kvdiag.shards import Part, complete_split, parse_shard
 from kvdiag.store.runs import write_json_atomic
 
 #: the version written; /2 adds each outcome's ``sources`` (its files as paths of the swept tree)
@@ -304,33 +304,11 @@ def merge_sweeps(sweeps: Sequence[Sweep]) -> Sweep:
     sweeps = list(sweeps)
     if not sweeps:
         raise UsageError("nothing to merge: give the shards' sweep files")
-    shards = []
-    for i, s in enumerate(sweeps, start=1):
-        if not s.shard:
-            raise UsageError(f"sweep #{i} (started {s.started_at}) is not a shard: merge takes the files of "
-                             f"`kvdiag sweep --shard i/n`")
-        shards.append(parse_shard(s.shard))
-    counts = {n for _, n in shards}
-    if len(counts) != 1:
-        raise UsageError(f"the shards split the selection differently: {', '.join(s.shard for s in sweeps)}")
-    count = counts.pop()
-    indexes = [i for i, _ in shards]
-    repeated = sorted({i for i in indexes if indexes.count(i) > 1})
-    if repeated:
-        raise UsageError(f"shard(s) {', '.join(f'{i}/{count}' for i in repeated)} given more than once")
-    missing = sorted(set(range(1, count + 1)) - set(indexes))
-    if missing:
-        raise UsageError(f"incomplete: shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing")
-    interrupted = [s.shard for s in sweeps if s.interrupted]
-    if interrupted:
-        raise UsageError(f"shard(s) {', '.join(interrupted)} were interrupted: run them again before merging")
+    complete_split([Part(s.shard, s.interrupted, f"sweep #{i} (started {s.started_at})")
+                    for i, s in enumerate(sweeps, start=1)], "kvdiag sweep", "the selection")
     first = sweeps[0]
-    base = target_identity(first.target)
     for s in sweeps[1:]:
-        other = target_identity(s.target)
-        if other != base:
-            diff = ", ".join(f"{k}: {base[k]!r} vs {other[k]!r}" for k in base if base[k] != other[k])
-            raise UsageError(f"shards {first.shard} and {s.shard} ran against different targets ({diff})")
+        check_same_target(f"shards {first.shard} and {s.shard}", first.target, s.target)
         if sorted(s.selection, key=entry_sort_key) != sorted(first.selection, key=entry_sort_key):
             raise UsageError(f"shards {first.shard} and {s.shard} come from different selections of entries")
     seen: dict[str, str] = {}
@@ -352,6 +330,14 @@ def merge_sweeps(sweeps: Sequence[Sweep]) -> Sweep:
         started_at, wall_s = min(s.started_at for s in sweeps), max(s.wall_s for s in sweeps)
     return replace(first, outcomes=outcomes, started_at=started_at, wall_s=wall_s, shard=None, shard_from=None,
                    selection=sorted(first.selection, key=entry_sort_key), interrupted=False)
+
+
+def check_same_target(pair: str, first: Mapping[str, Any], other: Mapping[str, Any]) -> None:
+    """A UsageError naming what differs when two parts' targets are not one (`target_identity`)."""
+    base, theirs = target_identity(first or {}), target_identity(other or {})
+    if base != theirs:
+        diff = ", ".join(f"{k}: {base[k]!r} vs {theirs[k]!r}" for k in base if base[k] != theirs[k])
+        raise UsageError(f"{pair} ran against different targets ({diff})")
 
 
 def _parse_time(text: str) -> datetime | None:
