@@ -159,8 +159,9 @@ def _merge_scans(paths, documents, output: Path, fmt: str) -> int:
         raise UsageError(f"a merged scan is shown as table or json, not {fmt} (render formats are for sweeps)")
     output_target(output)
     merged = merge_scans([check_scan(d, str(p)) for p, d in zip(paths, documents)])
-    save_scan(merged, output)
-    click.echo(f"kvdiag: merged {len(paths)} shard(s), {len(merged['cases'])} cases, into {output}", err=True)
+    written = save_scan(merged, output)
+    click.echo(f"kvdiag: merged {len(paths)} shard(s), {len(merged['cases'])} cases, "
+               f"into {written_as(output, written)}", err=True)
     if fmt == SweepFormat.JSON.value:
         click.echo(json.dumps(merged, indent=2, default=str))
     else:

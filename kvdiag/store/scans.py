@@ -33,10 +33,10 @@ def is_scan(data: Any) -> bool:
 
 
 def save_scan(document: Mapping[str, Any], path: Path) -> Path:
-    """Write a scan document atomically, only onto a regular file or a new path."""
+    """Write a scan document atomically, only onto a regular file or a new path; returns the file
+    written (a symlink's target: see kvdiag.fileio)."""
     output_target(Path(path))
-    write_json_atomic(Path(path), {"format": SCAN_FORMAT, **document})
-    return Path(path)
+    return write_json_atomic(Path(path), {"format": SCAN_FORMAT, **document})
 
 
 def check_scan(data: Any, source: str) -> dict[str, Any]:

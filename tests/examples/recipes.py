@@ -12,6 +12,8 @@ from pathlib import Path
 import click
 import yaml
 
+from kvdiag.errors import UsageError
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 DOCS_WITH_SNIPPETS = (REPO / "docs" / "fleets.md",)
@@ -106,10 +108,23 @@ def kvdiag_command_lines(script: str) -> list[list[str]]:
     return found
 
 
+def parse_error(group: click.Group, args: list[str]) -> str | None:
+    """What is wrong with ``kvdiag ARGS`` for its parser, or None: `dry_parse`, its error caught
+    (click's own, or kvdiag's UsageError that its option types raise)."""
+    try:
+        dry_parse(group, args)
+    except click.ClickException as exc:
+        return exc.format_message()
+    except UsageError as exc:
+        return str(exc)
+    return None
+
+
 def dry_parse(group: click.Group, args: list[str]) -> None:
     """Parse ``kvdiag ARGS`` as click would run it, down to the (sub)command, and stop before
     the command's code: unknown options, bad choices or numbers, a missing required option or
-    argument raise click's errors. ``--help`` and ``--version`` end it early, as they would."""
+    argument raise click's errors (kvdiag's own option types raise its UsageError). ``--help``
+    and ``--version`` end it early, as they would."""
     try:
         ctx = group.make_context("kvdiag", list(args))
         command: click.Command = group

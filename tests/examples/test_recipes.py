@@ -20,15 +20,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 import yaml
 
 from kvdiag.cli import cli
 from kvdiag.store.sweeps import load_sweep, save_sweep
-from tests.examples.recipes import (EXAMPLES, REPO, WORKFLOWS, MANIFESTS, Snippet, doc_snippets, dry_parse,
-                                    kvdiag_command_lines, manifest_containers, manifest_snippets, shell_scripts,
-                                    workflow_snippets)
+from tests.examples.recipes import (EXAMPLES, REPO, WORKFLOWS, MANIFESTS, Snippet, doc_snippets,
+                                    kvdiag_command_lines, manifest_containers, manifest_snippets, parse_error,
+                                    shell_scripts, workflow_snippets)
 from tests.store.store_fixtures import sweep_of
 
 KUBERNETES_VERSIONS = ("1.27.0", "1.37.0")      # the oldest and newest schemas kubernetes-validate 1.37 bundles
@@ -168,24 +167,20 @@ def test_every_kvdiag_command_line_in_the_recipes_parses_with_kvdiags_cli():
     lines = all_kvdiag_lines()
     commands = {args[0] for _, args in lines if args}
     assert {"sweep", "merge", "render", "compare", "scan"} <= commands and len(lines) >= 15
-    for where, args in lines:
-        try:
-            dry_parse(cli, args)
-        except click.ClickException as exc:
-            pytest.fail(f"{where}: kvdiag {' '.join(args)}: {exc.format_message()}")
+    problems = [f"{where}: kvdiag {' '.join(args)}: {parse_error(cli, args)}" for where, args in lines
+                if parse_error(cli, args) is not None]
+    assert problems == []
 
 
 @pytest.mark.parametrize("args, error", [
     (["sweep", "--build", "b", "--shards", "auto"], "--shards"),
     (["merge", "a.json"], "Missing option '-o'"),
     (["sweep", "--build", "b", "--format", "pdf"], "'pdf' is not one of"),
-    (["scan", "D2", "--build", "b", "--batch", "99"], "99 is not in the range"),
+    (["scan", "D2", "--build", "b", "--batch", "99"], "--batch 99"),
     (["swep"], "No such command 'swep'"),
 ])
 def test_the_parse_check_catches_what_a_recipe_could_get_wrong(args, error):
-    with pytest.raises(click.ClickException) as caught:
-        dry_parse(cli, args)
-    assert error in caught.value.format_message()
+    assert error in (parse_error(cli, args) or "parsed")
 
 
 def test_command_lines_are_read_as_the_shell_reads_them():
