@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from kvdiag import __version__
-from kvdiag.controls.staleness import staleness_control
 from kvdiag.engine.applicability import judge_applicability
 from kvdiag.engine.budget import compiles, step_budget
 from kvdiag.engine.comparison import ComparisonArm, describe_comparison
@@ -251,13 +250,14 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
     progress = options.progress or Progress()
     started = time.monotonic()
     if step.kind == "build-check":
+        # The target's staleness answer is the one source: "current" there carries the control's proof
+        # (engine.target.proven), anything the control did not prove is already "not checked".
         staleness = target.build.staleness if target.build is not None else None
         stale = staleness.stale if staleness is not None and staleness.checked else None
-        detail = _staleness_detail(staleness)
-        obs = observe_staleness(step, stale, detail)
-        generator = target.build.generator if target.build is not None else None
-        return judge_attempt(entry, obs, lambda: staleness_control(generator, run_dir.logs), index,
-                             time.monotonic() - started)
+        obs = observe_staleness(step, stale, _staleness_detail(staleness))
+        proof = staleness.proof if staleness is not None else None
+        gate = Gate(True, proof) if proof else Gate(False, "no staleness control proved this dry run on this machine")
+        return judge_attempt(entry, obs, gate, index, time.monotonic() - started)
     if step.kind == "compile":
         return _attempt_compile(entry, step, target, run_dir, index, label, options)
     if step.kind == "server":
