@@ -1,6 +1,6 @@
 """D13 on a real CMake + ninja build, under each of two ninjas (the system's 1.11, the PyPI wheel's 1.13).
 
-A staged project with llama.cpp's shape (an always-run custom target in front of a library)
+A staged project with llama.cpp's shape (tests/staged_cmake.py: an always-run custom target in front of a library)
 is configured with ``CMAKE_MAKE_PROGRAM`` set to the ninja under test and built; kvdiag
 prepares its target as `kvdiag run` does (the dry run with the build's own ninja, then the
 staleness control with that same ninja) and runs the real D13 entry: not-reproduced with the
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,44 +21,10 @@ import pytest
 from kvdiag.engine.verdict import Verdict
 from kvdiag.registry.loader import load_registry
 from kvdiag.store.sweeps import target_summary
+from staged_cmake import built_with_ninja
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None,
                                 reason="cmake or cc missing")
-
-CMAKELISTS = """cmake_minimum_required(VERSION 3.18)
-project(stage C)
-add_custom_target(assets ALL
-  BYPRODUCTS ${CMAKE_CURRENT_BINARY_DIR}/gen.h
-  COMMAND ${CMAKE_COMMAND} -E copy_if_different ${CMAKE_CURRENT_SOURCE_DIR}/gen.h.in ${CMAKE_CURRENT_BINARY_DIR}/gen.h
-  COMMENT "Provisioning assets" VERBATIM)
-add_library(uses_gen STATIC uses_gen.c)
-target_include_directories(uses_gen PRIVATE ${CMAKE_CURRENT_BINARY_DIR})
-add_dependencies(uses_gen assets)
-add_executable(test-backend-ops main.c)
-target_link_libraries(test-backend-ops uses_gen)
-set_target_properties(test-backend-ops PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-"""
-SOURCES = {
-    "CMakeLists.txt": CMAKELISTS,
-    "gen.h.in": "#define GEN 1\n",
-    "layout.h": "struct task_params { int n; };\n",
-    "uses_gen.c": '#include "gen.h"\nint gen(void) { return GEN; }\n',
-    "main.c": '#include "layout.h"\nint gen(void);\nint main(void) { struct task_params p = { gen() }; return p.n - 1; }\n',
-}
-
-
-def built_with(ninja_path: str, root: Path) -> tuple[Path, Path]:
-    """The staged project configured for ``ninja_path`` (CMAKE_MAKE_PROGRAM) and built by it."""
-    src, build = root / "src", root / "build"
-    src.mkdir(parents=True)
-    past = time.time() - 3600
-    for name, text in SOURCES.items():
-        (src / name).write_text(text)
-        os.utime(src / name, (past, past))
-    subprocess.run(["cmake", "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja_path}", "-S", src, "-B", build],
-                   check=True, capture_output=True, timeout=300)
-    subprocess.run(["cmake", "--build", build], check=True, capture_output=True, timeout=300)
-    return src, build
 
 
 def d13(kv, build: Path):
@@ -69,12 +34,12 @@ def d13(kv, build: Path):
 
 def test_a_fresh_build_is_not_reproduced_with_the_controls_proof_then_confirmed_after_a_header_edit(
         kv, ninja, tmp_path):
-    src, build = built_with(ninja.path, tmp_path / "stage")
+    src, build = built_with_ninja(ninja.path, tmp_path / "stage")
     target, outcome = d13(kv, build)
     assert target.build.make_program == ninja.path
     assert outcome.verdict is Verdict.NOT_REPRODUCED, outcome.reason
     assert outcome.reason.startswith("the build is current with its sources (ninja: nothing to rebuild against the "
-                                     "sources (targets bin/test-backend-ops); ")
+                                     "sources (targets app); ")
     assert (f"the ninja -n control (ninja {ninja.version} ({ninja.path})) called a staged build current right after "
             f"building it and stale after an edit of its header, on this machine") in outcome.reason
     assert target_summary(target.to_dict()).staleness == \
@@ -84,7 +49,7 @@ def test_a_fresh_build_is_not_reproduced_with_the_controls_proof_then_confirmed_
     (src / "layout.h").write_text("struct task_params { long n; int extra; };\n")
     target, outcome = d13(kv, build)
     assert outcome.verdict is Verdict.CONFIRMED, outcome.reason
-    assert any(q.startswith("because: output CMakeFiles/test-backend-ops.dir/main.c.o older than most recent input")
+    assert any(q.startswith("because: output CMakeFiles/app.dir/main.c.o older than most recent input")
                and "src/layout.h" in q for q in outcome.attempts[0].evidence.quoted)
     assert target_summary(target.to_dict()).staleness.startswith("STALE: ")
 
@@ -98,7 +63,7 @@ def test_a_log_another_ninja_wrote_is_not_checked_and_left_alone(kv, two_ninjas,
     gone = tmp_path / "gone" / "ninja"
     gone.parent.mkdir()
     shutil.copy2(made.path, gone)
-    _, build = built_with(str(gone), tmp_path / "stage")
+    _, build = built_with_ninja(str(gone), tmp_path / "stage")
     shutil.rmtree(gone.parent)
     monkeypatch.setenv("PATH", f"{Path(here.path).parent}{os.pathsep}{os.environ['PATH']}")
     log = (build / ".ninja_log").read_bytes()
