@@ -347,11 +347,9 @@ def _lint_relative(matcher: dict[str, Any], where: str, steps: dict[str, dict[st
     thresholds = [k for k in ("ratio_min", "difference_min") if k in matcher]
     if len(thresholds) != 1:
         add(where, "a relative matcher needs exactly one of ratio_min or difference_min")
-    for key in thresholds:
-        value = matcher[key]
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not (
-                math.isfinite(value) and value > 0):
-            add(f"{where}.{key}", f"must be a finite positive number, not {value!r}")
+    for key in thresholds:     # the schema's float check already refused what is not a finite number
+        if matcher[key] <= 0:
+            add(f"{where}.{key}", f"must be a finite positive number, not {matcher[key]!r}")
 
 
 def lint_registry_wide(raws: Iterable[RawEntry]) -> list[Problem]:
