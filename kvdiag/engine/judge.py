@@ -6,18 +6,22 @@
 4. backend-ops: no matching case executed → not-applicable (0 matched, or all not supported);
 5. the path did not run as a healthy build runs it (`expect` not seen, a different
    abort, an unexpected exit, other sanitizer findings) → inconclusive, showing what happened;
-6. the detector's control has not passed on this machine → inconclusive;
-7. otherwise → not-reproduced, saying what executed and which control passed.
+6. a relative matcher could not compare (a figure missing in the step or its comparison
+   arm) → inconclusive, saying which arm lacked what;
+7. the detector's control has not passed on this machine → inconclusive;
+8. otherwise → not-reproduced, saying what executed, what the relative matchers measured
+   and which control passed.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from kvdiag.controls.gate import Gate
-from kvdiag.engine.matchers import Match, match
-from kvdiag.engine.observe import Observations
+from kvdiag.engine.matchers import UNDETERMINED, Match, match
+from kvdiag.engine.observe import ArmReading, Observations
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.sanitizer import instantiations, site_label
 from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
@@ -29,9 +33,13 @@ def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:
 
 
 def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gate], index: int,
-                  duration_s: float, log_dir: str | None = None) -> Attempt:
+                  duration_s: float, log_dir: str | None = None,
+                  comparison: Callable[[], ArmReading] | None = None) -> Attempt:
     """The attempt's verdict. ``gate`` may be a callable: it is only consulted (and a
-    control only run) when the verdict would otherwise be not-reproduced."""
+    control only run) when the verdict would otherwise be not-reproduced. ``comparison``
+    reads the step's comparison arm (running it the first time) for relative matchers."""
+    if comparison is not None:
+        obs = replace(obs, comparison=comparison)
     matches = [match(m, obs) for m in matchers_for(entry, obs.step.name)]
     verdict, reason = _decide(entry, obs, matches, gate)
     evidence = extract_evidence(obs, matches)
@@ -71,11 +79,15 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
     odd = _abnormal(obs)
     if odd:
         return Verdict.INCONCLUSIVE, odd
+    unsure = next((m for m in matches if m.extra.get(UNDETERMINED)), None)
+    if unsure is not None:
+        return Verdict.INCONCLUSIVE, f"the signature could not be judged: {unsure.detail}"
     if callable(gate):
         gate = gate()
     if not gate.allowed:
         return Verdict.INCONCLUSIVE, f"the signature did not match, but {gate.reason}"
-    return Verdict.NOT_REPRODUCED, f"{_what_ran(obs)}; the signature did not match; {gate.reason}"
+    measured = "".join(f" ({m.detail})" for m in matches if m.matcher.type == "relative")
+    return Verdict.NOT_REPRODUCED, f"{_what_ran(obs)}; the signature did not match{measured}; {gate.reason}"
 
 
 def _sanitizer_problem(obs: Observations) -> str | None:

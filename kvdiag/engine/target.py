@@ -7,11 +7,13 @@ and sanitizer version it was reached on.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from kvdiag.controls.staleness import prove_current
 from kvdiag.engine.applicability import Facts
 from kvdiag.proc.sanitizer import find_sanitizer
 from kvdiag.target.build import BackendOpsInfo, find_binaries, inspect_build, probe_backend_ops, probe_help
@@ -75,7 +77,8 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
 
     With `home`, the environment fingerprint and the test-backend-ops probe are
     memoised (kvdiag.target.memo); the build itself (git state, staleness) is
-    always inspected afresh, since that is what a verdict must be current about.
+    always inspected afresh, since that is what a verdict must be current about. A
+    "current" answer is proven by the staleness control (kept per tool binary in `home`).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -102,12 +105,21 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
             elif binary is not None:
                 ops_future = pool.submit(probe_backend_ops, binary, log_dir=log_dir)
         build = inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness) if build_dir else None
+        if build is not None:
+            build = proven(build, log_dir=log_dir, home=home)
         environment = env_future.result()
         backend_ops = ops_future.result() if ops_future is not None else None
     server = binaries.get("llama-server")
     server_help = _lazy_help(server, log_dir, home) if server is not None else None
     return Target(build=build, environment=environment, sanitizer=found_sanitizer, backend_ops=backend_ops,
                   server_help=server_help)
+
+
+def proven(build, *, log_dir: Path, home: Path | None):
+    """The build with its staleness answer proven by the control (kvdiag.controls.staleness): the one
+    answer the D13 verdict, the warnings and every build table read."""
+    staleness = prove_current(build.staleness, generator=build.generator, log_dir=log_dir, home=home)
+    return dataclasses.replace(build, staleness=staleness) if staleness is not build.staleness else build
 
 
 def _lazy_help(binary: Path, log_dir: Path, home: Path | None) -> Callable[[], str | None]:

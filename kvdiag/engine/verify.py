@@ -315,7 +315,7 @@ def _side(label: str, entry: Entry, build_dir: Path, request: VerifyRequest, sto
     setup = store.create(f"target-{label}")
     progress.say(f"{label}: inspecting {build_dir}")
     target = prepare_target(build_dir, log_dir=setup.logs, sanitizer=request.sanitizer,
-                            check_staleness=label == "before")
+                            check_staleness=label == "before", home=home)
     setup.write_record(target_record(target.to_dict()))
     gate_provider = controls_gate_provider(home, target, setup.logs)
     run_dir = store.create(entry.id)

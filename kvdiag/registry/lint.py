@@ -32,6 +32,7 @@ MATCHER_KEYS = {
     "output": {"pattern", "stream"},
     "exit": {"signal", "code"},
     "stale": set(),
+    "relative": {"pattern", "stream", "arm", "ratio_min", "difference_min", "unit", "pick"},
 }
 COMMON_MATCHER_KEYS = {"type", "step"}
 
@@ -210,6 +211,8 @@ def _lint_consistency(raw: RawEntry, add) -> None:
         _lint_step(step, f"repro[{i}]", step_binaries, add)
     for i, matcher in enumerate(data.get("signature", [])):
         _lint_matcher(matcher, f"signature[{i}]", step_names, add)
+        if matcher["type"] == "relative":
+            _lint_relative(matcher, f"signature[{i}]", {s["name"]: s for s in steps}, data.get("scan"), add)
     signed = {m.get("step") for m in data.get("signature", [])}
     for i, step in enumerate(steps):
         arm = step.get("compare_with")
@@ -315,6 +318,38 @@ def files_by_id(raws: Iterable[RawEntry]) -> dict[str, list[Path]]:
         if isinstance(entry_id, str):
             claimed.setdefault(entry_id, []).append(raw.path)
     return claimed
+
+
+def _lint_relative(matcher: dict[str, Any], where: str, steps: dict[str, dict[str, Any]],
+                   scan: dict[str, Any] | None, add) -> None:
+    """A relative matcher compares a figure of its step with the same figure of that step's
+    comparison arm: the step, the arm, the captured number and a usable threshold must all exist."""
+    step = steps.get(matcher.get("step", ""))
+    if "step" not in matcher:
+        add(where, "a relative matcher needs the step it judges (`step`)")
+    elif step is not None:
+        if step["kind"] not in ("backend-ops", "command", "server"):
+            add(f"{where}.step", f"a {step['kind']} step runs no comparison arm")
+        if scan and scan.get("step") == step["name"]:
+            add(f"{where}.step", "the scan step judges each case alone, without a comparison arm")
+        if matcher.get("arm") in steps and step.get("compare_with") != matcher["arm"]:
+            add(f"{where}.arm", f"step {step['name']!r} compares with "
+                                f"{step.get('compare_with')!r}, not {matcher['arm']!r} (`compare_with` runs the arm)")
+    if "arm" not in matcher:
+        add(where, "a relative matcher needs `arm`, the comparison arm's step")
+    elif matcher["arm"] not in steps:
+        add(f"{where}.arm", f"no repro step named {matcher['arm']!r}")
+    pattern = matcher.get("pattern")
+    if pattern is None:
+        add(where, "a relative matcher needs a pattern with a named group `value` (the number)")
+    elif _check_regex(pattern) is None and "value" not in re.compile(pattern).groupindex:
+        add(f"{where}.pattern", "has no named group `value`: write the number as (?P<value>...)")
+    thresholds = [k for k in ("ratio_min", "difference_min") if k in matcher]
+    if len(thresholds) != 1:
+        add(where, "a relative matcher needs exactly one of ratio_min or difference_min")
+    for key in thresholds:     # the schema's float check already refused what is not a finite number
+        if matcher[key] <= 0:
+            add(f"{where}.{key}", f"must be a finite positive number, not {matcher[key]!r}")
 
 
 def lint_registry_wide(raws: Iterable[RawEntry]) -> list[Problem]:

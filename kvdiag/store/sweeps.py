@@ -278,16 +278,22 @@ def target_summary(target: Mapping[str, Any] | None) -> TargetSummary:
 
 
 def _staleness_text(staleness: Mapping[str, Any] | None) -> str:
+    """The build's currency in one cell, from the one record D13's verdict reads: "current" only
+    when the record carries the control's proof (records of kvdiag before the proof say so)."""
     if not staleness:
-        return "not checked"
+        return "not checked: no record"
     if not staleness.get("checked"):
-        return f"not checked ({staleness.get('detail') or 'no reason given'})"
+        return f"not checked: {staleness.get('detail') or 'no reason given'}"
     tool = staleness.get("tool") or "dry run"
     if staleness.get("stale"):
         return f"STALE: {staleness.get('pending_count', '?')} build step(s) pending ({tool})"
     if staleness.get("stale") is None:
         return f"unknown ({tool}: {staleness.get('detail') or 'no detail'})"
-    return f"current with its sources ({tool})"
+    if "proof" not in staleness:
+        return f"current with its sources ({tool}; recorded before its control was kept)"
+    if not staleness.get("proof"):
+        return "not checked: no staleness control proved the dry run on this machine"
+    return f"current with its sources ({tool}; its control passed on this machine)"
 
 
 # --------------------------------------------------------------------------- merging shards
