@@ -17,13 +17,15 @@ from tabulate import tabulate
 from kvdiag import __version__
 from kvdiag.constants import SANITIZER_TOOLS
 from kvdiag.commands.exits import dispatch, finish
+from kvdiag.commands.options import Count, IdList, Seconds
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
-from kvdiag.help_text import add_help_blocks
+from kvdiag.fileio import written_as
+from kvdiag.help_text import add_help_blocks, exit_code_lines
 from kvdiag.registry.loader import Registry, load_registry
 from kvdiag.text import clip
 
-EXIT_HELP = "\n".join(f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_TABLE)
+EXIT_HELP = "\n".join(exit_code_lines((int(code), text) for code, text in EXIT_CODE_TABLE))
 EPILOG = f"\b\nExit codes:\n{EXIT_HELP}\n\nEach command's help lists the codes it can return, with an example."
 
 
@@ -54,10 +56,10 @@ def cli(ctx: click.Context, registry_dir: Path | None) -> None:
 
     \b
     Typical use:
-      kvdiag list                          the known defects
-      kvdiag show D2 --build BUILD         an entry, and the exact argv it would run
-      kvdiag run D2 --build BUILD          one verdict, with the output that supports it
-      kvdiag doctor                        prove the sanitizer tools work on this machine
+      kvdiag list                    the known defects
+      kvdiag show D2 --build BUILD   an entry, and the exact argv it would run
+      kvdiag run D2 --build BUILD    one verdict, with the output behind it
+      kvdiag doctor                  prove the sanitizer tools work here
     """
     ctx.obj = Context(registry_dir)
 
@@ -94,8 +96,10 @@ def _report_problems(registry: Registry) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @pass_ctx
 def list_cmd(ctx: Context, owner: str | None, status: str | None, tool: str | None, fmt: str) -> int:
-    """The defects of the registry, one line each."""
+    """The defects of the registry, one line each (an empty registry is exit 65, not an empty table)."""
     registry = ctx.registry
+    if not registry.problems:
+        registry.require_entries()
     entries = [e for e in registry.entries
                if (not owner or e.owner == owner) and (not status or e.status == status)
                and (not tool or tool in e.tools)]
@@ -119,13 +123,17 @@ def registry_group() -> None:
 @registry_group.command("lint")
 @pass_ctx
 def registry_lint(ctx: Context) -> int:
-    """Check every entry against the schema; prints every problem as file: key: message."""
-    registry = ctx.registry
+    """Check every entry against the schema; prints every problem as file: key: message.
+
+    Exit 65 with any problem (two files claiming one id among them), and for a
+    registry with no entry at all."""
+    registry = load_registry(ctx.registry_dir, refuse_duplicates=False)
     for problem in registry.problems:
         click.echo(str(problem))
     if registry.problems:
         click.echo(f"{len(registry.problems)} problem(s) in {registry.root.name}/", err=True)
         return int(ExitCode.DATA)
+    registry.require_entries()
     click.echo(f"{len(registry.entries)} entries, no problems")
     return 0
 
@@ -136,7 +144,7 @@ def registry_lint(ctx: Context) -> int:
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), default=None,
               help="A configured build of it: CTest tests, CMakeCache options, binaries.")
 @click.option("--commit", default=None, help="The tree's commit, for a folder that is not a git checkout "
-                                              "(picks the line sites recorded at that commit).")
+                                              "(the sites' lines recorded at that commit are checked).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.argument("ids", nargs=-1)
 @pass_ctx
@@ -146,7 +154,9 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
 
     Files, tests (CTest names from the build's CTestTestfile.cmake files, or a
     tests/<name>.* source in any language), CMake options, binaries, functions and
-    line sites. Exits 0 with no mismatch, 65 with any.
+    sites, each found by its context: a site at a line no record of this tree names
+    is told on stderr; one that is ambiguous or not found is a mismatch. Exits 0 with
+    no mismatch, 65 with any.
     """
     from kvdiag.registry.verify import verify_entries
     from kvdiag.target.tree import Tree
@@ -169,6 +179,9 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
                 click.echo(f"{r.file}: not this tree's defect ({r.other_tree}): its other facts not checked", err=True)
             for why in r.unknown:
                 click.echo(f"{r.file}: not checked: {why}", err=True)
+            for place in r.sites:
+                if place.unrecorded:
+                    click.echo(f"{r.file}: {place.key}: {place.describe()}", err=True)
         checked = sum(r.checked for r in reports)
         click.echo(f"{len(reports)} entries, {checked} facts checked, {len(mismatches)} mismatch(es)",
                    err=bool(mismatches))
@@ -191,13 +204,15 @@ def registry_export(ctx: Context, fmt: str, output_dir: Path | None, ids: tuple[
     from kvdiag.registry.osv import entry_to_osv, write_osv_database
 
     registry = ctx.registry
-    entries = [registry.get(i) for i in ids] if ids else list(registry.entries)
+    entries = [registry.get(i) for i in ids] if ids else list(registry.require_entries())
     records = [entry_to_osv(e) for e in entries]
     if output_dir is None:
         click.echo(json.dumps(records, indent=2))
     else:
         written = write_osv_database(records, output_dir)
-        click.echo(f"kvdiag: wrote {len(written)} OSV record(s) to {output_dir}", err=True)
+        linked = [written_as(path, target) for path, target in written if path != target]
+        through = f"; {len(linked)} through a symlink: {', '.join(linked)}" if linked else ""
+        click.echo(f"kvdiag: wrote {len(written)} OSV record(s) to {output_dir}{through}", err=True)
     return 0
 
 
@@ -234,9 +249,9 @@ def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> i
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
               help="The build folder (default: $LLAMA_KV_BUILD).")
 @click.option("--step", help="Run this repro step instead of the entry's default.")
-@click.option("--runs", type=click.IntRange(1, 1000), help="Override the number of runs (flaky defects).")
+@click.option("--runs", type=Count(1, 1000), help="Override the number of runs (flaky defects).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a step variable, e.g. params=hsk=64.")
-@click.option("--timeout", type=click.FloatRange(0, 86400, min_open=True), metavar="SECONDS",
+@click.option("--timeout", type=Seconds(86400), metavar="SECONDS",
               help="Limit each step to this many seconds (default: the step's own budget).")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
@@ -298,50 +313,60 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.argument("entry_id")
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
               help="The build folder (default: $LLAMA_KV_BUILD).")
-@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=None,
+@click.option("-j", "--jobs", type=Count(1, 64), default=None,
               help="Parallel processes per GPU (default: the GPU's slot pool size; with batches on several "
                    "GPUs, that many in all, shared among them).")
 @click.option("--op", help="Override the entry's op.")
 @click.option("--params", help="Override the entry's case-space regex (test-backend-ops -p).")
-@click.option("--limit", type=click.IntRange(1, 100000), help="Run only the first N supported cases.")
+@click.option("--limit", type=Count(1, 100000), help="Run only the first N supported cases.")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
-@click.option("--devices", metavar="I,J", help="GPUs to spread the cases over (default: every visible one).")
-@click.option("--batch", type=click.IntRange(0, 32), default=0, show_default=True,
+@click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the cases over (default: every visible one).")
+@click.option("--batch", type=Count(0, 32), default=0, show_default=True,
               help="Cases per process: 0 spreads the cases evenly over the workers (at most 32 each), "
                    "1 runs one process per case.")
+@click.option("--shard", metavar="I/N|auto",
+              help="Run shard I of N (from 1) of the cases, each case's shard fixed by its name; auto: I and N "
+                   "from a Slurm job array, a Kubernetes Indexed Job or GitLab parallel: (docs/fleets.md).")
+@click.option("--save", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also save the scan JSON here, for `kvdiag merge` (it is always saved under the run store).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @pass_ctx
-def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, batch, fmt) -> int:
+def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, batch, shard, save,
+             fmt) -> int:
     """Every affected shape: every test case judged on its own output, in parallel, aggregated.
 
     Cases run several to a process (a host starts only a few CUDA processes per
     second); each case's findings are those printed with it, and a case a batch
     cannot judge runs again alone. With several GPUs, -j is per GPU and every case
-    names the GPU it ran on.
+    names the GPU it ran on. With --shard, the cases are dealt by name: the
+    shards' saved scans merge (`kvdiag merge`) into the whole scan.
+
     Exit 1 if any case is affected, 4 if none is but some case was inconclusive,
     else 0; when the entry cannot be scanned here, the exit code of that verdict
     (2 not-applicable, 3 skipped).
     """
+    import os
+
     from kvdiag.commands.runs import ScanNotRun, scan_and_show
+    from kvdiag.engine.scan import scan_exit_code
+    from kvdiag.fileio import output_target
+    from kvdiag.shards import resolve_shard
 
     entry = ctx.registry.get(entry_id)
     if not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
+    chosen = resolve_shard(shard, os.environ)
+    if save is not None:
+        output_target(save)              # refuse a FIFO or device before the scan runs, not after
     try:
         result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
-                               fmt=fmt, devices=devices, batch=batch)
+                               fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save)
     except ScanNotRun as exc:
         from kvdiag.engine.verdict import Verdict
 
         click.echo(f"kvdiag: {exc}", err=True)
         return int(Verdict(exc.verdict).exit_code)
-    if result.interrupted:
-        return int(ExitCode.INTERRUPTED)
-    if result.affected:
-        return int(ExitCode.CONFIRMED)
-    from kvdiag.engine.verdict import Verdict
-
-    return int(ExitCode.INCONCLUSIVE) if result.by_verdict(Verdict.INCONCLUSIVE) else 0
+    return scan_exit_code(result.to_dict()["counts"], result.interrupted)
 
 
 @cli.command("drift")
@@ -350,7 +375,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
               help="The build folder (default: $LLAMA_KV_BUILD).")
 @click.option("--op", help="The op (default: the entry's drift op).")
 @click.option("--params", help="Case regex (default: the entry's drift params).")
-@click.option("--runs", type=click.IntRange(1, 1000), help="Repetitions (default: the entry's, else 5).")
+@click.option("--runs", type=Count(1, 1000), help="Repetitions (default: the entry's, else 5).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @pass_ctx
 def drift_cmd(ctx: Context, entry_id, build_dir, op, params, runs, fmt) -> int:
@@ -386,7 +411,7 @@ def analyze_cmd(log: Path, tool: str | None, fmt: str) -> int:
 
 
 @cli.command("runs")
-@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.option("--limit", type=Count(1, 10000), default=20, show_default=True)
 @click.option("--entry", help="Only runs of this entry.")
 @pass_ctx
 def runs_cmd(ctx: Context, limit: int, entry: str | None) -> int:

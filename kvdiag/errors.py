@@ -143,5 +143,10 @@ class WriteFailed(KvdiagError):
     """The OS refused a write (disk full, read-only, permission): the old file is untouched."""
 
 
-class UnsafeLockPath(UsageError):
+class UnsafePath(UsageError):
+    """A folder (or a link on the way to one) another user could control: refused, nothing
+    written there (kvdiag.trust says what is checked)."""
+
+
+class UnsafeLockPath(UnsafePath):
     """A lock directory or file another user could control: refused, nothing written."""

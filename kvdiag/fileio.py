@@ -4,9 +4,19 @@ A write lands atomically (a temporary file beside the target, fsync, ``os.replac
 and only onto a *regular file* or a *new path*. ``os.replace`` onto a device node,
 a FIFO or a directory would swap the node itself for a regular file (``-o /dev/full``
 once replaced the device; a FIFO's reader then blocks forever), so those are refused
-with one line (exit 64). A symlink is followed: its final target is what gets
-written and the link stays a link (replacing the link would silently detach the
-user's file from it). A link that loops or dangles into a missing folder is refused.
+with one line (exit 64).
+
+Writing through a symlink stays allowed, when the link is yours: ``-o latest.sarif``
+where ``latest.sarif`` points at this week's report is a common way to keep a stable
+name, and replacing the link instead would silently detach the user's file from it.
+Its final target is what gets written, the link stays a link, and the command says
+which file it wrote (``wrote X (through symlink Y)``: see :func:`written_as`). A link
+on the way owned by another user (not you, not root) is refused (exit 64), as
+kvdiag.trust refuses it on the way to the home: in a shared folder such as /tmp,
+another user's ``report.sarif -> ~/.bashrc`` would otherwise replace your file.
+(The kernel's protected_symlinks does not help here: kvdiag resolves the link itself
+and writes the target by its real path.) A link that loops or dangles into a missing
+folder is refused.
 
 A write that fails (disk full, read-only folder) raises :class:`WriteFailed` naming
 the path and the OS's reason; the temporary file is removed and the old file is
@@ -24,8 +34,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from kvdiag.errors import OutputRefused, UsageError, WriteFailed
+from kvdiag.trust import foreign_link
 
-__all__ = ["OutputRefused", "WriteFailed", "atomic_file", "output_target", "write_atomic", "write_json"]
+__all__ = ["OutputRefused", "WriteFailed", "atomic_file", "output_target", "write_atomic", "write_json",
+           "written_as"]
 
 
 def _kind(mode: int) -> str:
@@ -45,6 +57,10 @@ def output_target(path: Path | str) -> Path:
     regular file, the final target when it is a symlink; OutputRefused otherwise."""
     given = Path(path)
     target = given
+    link = foreign_link(given)
+    if link is not None:
+        raise OutputRefused(f"refusing to write {given}: {link[0]} is a symlink owned by uid {link[1]}, "
+                            f"not by you (uid {os.getuid()}) or root")
     if given.is_symlink():
         try:
             target = Path(os.path.realpath(given, strict=True))
@@ -126,15 +142,26 @@ def temp_beside(path: Path | str) -> Path:
 
 
 def write_atomic(path: Path | str, data: bytes | str, encoding: str = "utf-8") -> Path:
-    """Write ``data`` to ``path`` atomically (see the module's rules); returns the path written."""
+    """Write ``data`` to ``path`` atomically (see the module's rules); returns the file written:
+    ``path`` itself, or the target of the symlink ``path`` is."""
     raw = data.encode(encoding) if isinstance(data, str) else data
+    target = output_target(path)
     with atomic_file(path, "wb") as fh:
         fh.write(raw)
-    return Path(path)
+    return target
+
+
+def written_as(given: Path | str, written: Path | str) -> str:
+    """How a command names a write: the file written, and the symlink it went through when
+    ``given`` was one (``/data/r.sarif (through symlink latest.sarif)``): the user asked for
+    the link, but what changed is the file behind it."""
+    if Path(given) == Path(written):
+        return str(given)
+    return f"{written} (through symlink {given})"
 
 
 def write_json(path: Path | str, data: Any) -> Path:
-    """JSON, indented, one trailing newline; atomic like every write."""
+    """JSON, indented, one trailing newline; atomic like every write; returns the file written."""
     return write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 

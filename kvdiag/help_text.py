@@ -4,9 +4,21 @@ Kept in one table, so a test can check that every command has both, and so
 the meanings stay those of `kvdiag.exitcodes` (the `kvdiag --help` table).
 Click reflows help paragraphs; a paragraph opened by ``\\b`` is kept line by
 line, which is how the examples and the code tables stay one per line.
+
+Two things keep that output looking like click's own. A docstring is dedented
+(`inspect.cleandoc`) before anything is appended to it: click dedents the help
+it is given as one text, so an unindented block appended to an indented
+docstring left every docstring line after the first with its four spaces, and
+each reflowed paragraph with runs of them ("on each GPU     (one worker…").
+And the ``\\b`` blocks are wrapped here to the width click reflows to
+(`HELP_WIDTH`): click never wraps a ``\\b`` block, so a long example or meaning
+is continued on an indented line of its own.
 """
 
 from __future__ import annotations
+
+import inspect
+import textwrap
 
 import click
 
@@ -56,15 +68,20 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], list[tuple[int, str]]]] = {
               [(0, "nothing confirmed, failed or inconclusive"), (1, "some entry is confirmed"),
                (4, "some entry is inconclusive"), USAGE, DATA, (70, "kvdiag itself failed on some entry"),
                INTERRUPTED]),
-    "merge": (("kvdiag merge shard-1.json shard-2.json -o sweep.json",),
-              [(0, "merged; nothing confirmed, failed or inconclusive"), (1, "merged; some entry is confirmed"),
-               (4, "merged; some entry is inconclusive"),
-               (64, "not shards of one selection and target, or a file is missing"),
+    "merge": (("kvdiag merge shard-1.json shard-2.json -o sweep.json",
+               "kvdiag merge scan-1.json scan-2.json scan-3.json -o scan.json"),
+              [(0, "merged; nothing confirmed (or affected), failed or inconclusive"),
+               (1, "merged; some entry is confirmed, or some case affected"),
+               (4, "merged; some entry or case is inconclusive"),
+               (64, "not shards of one selection and target, a shard missing (named), or a file is missing"),
+               (65, "a file is not a kvdiag sweep or scan"),
                (70, "merged; kvdiag had failed on some entry")]),
     "render": (("kvdiag render sweep.json --format sarif -o kvdiag.sarif",),
-               [(0, "rendered"), (64, "no such file, not a kvdiag sweep, or -o is not a regular file"), HARNESS]),
+               [(0, "rendered"), (64, "no such file, or -o is not a regular file"),
+                (65, "the file is not a kvdiag sweep"), HARNESS]),
     "compare": (("kvdiag compare before.json after.json --changed-only",),
-                [(0, "no regression"), (1, "some entry regressed (newly confirmed)"), USAGE, HARNESS]),
+                [(0, "no regression"), (1, "some entry regressed (newly confirmed)"), USAGE,
+                 (65, "a file is not a kvdiag sweep"), HARNESS]),
     "history": (("kvdiag history D2 --limit 10",), [(0, "shown"), USAGE, HARNESS]),
     "report": (("kvdiag report D2 -o d2-upstream.md",),
                [(0, "written"), (64, "unknown id, or no finished run of it"), HARNESS]),
@@ -99,17 +116,61 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], list[tuple[int, str]]]] = {
 }
 
 
+#: the widest line click writes with its default 80 columns (it reflows to 78), less the two
+#: columns it indents a command's help text by: the width of a ``\\b`` block's lines
+HELP_WIDTH = 76
+_CODE_INDENT = " " * 7          # "  130  " : where a code's meaning starts
+
+
 def exit_code_lines(codes) -> list[str]:
-    return [f"  {code:>3}  {text}" for code, text in codes]
+    """``  130  meaning`` lines, a meaning too long for `HELP_WIDTH` continued under itself."""
+    lines = []
+    for code, text in codes:
+        lines += textwrap.wrap(text, HELP_WIDTH, initial_indent=f"  {code:>3}  ", subsequent_indent=_CODE_INDENT,
+                               break_long_words=False, break_on_hyphens=False)
+    return lines
+
+
+def _shell_words(example: str) -> list[str]:
+    """The example's words, an option kept with its value (``--build ~/b``), a comment whole."""
+    text, hash_, comment = example.partition(" #")
+    words: list[str] = []
+    for word in text.split():
+        if words and words[-1].startswith("-") and " " not in words[-1] and not word.startswith("-"):
+            words[-1] += f" {word}"
+        else:
+            words.append(word)
+    return words + ([f"#{comment}".strip()] if hash_ else [])
+
+
+def example_lines(example: str) -> list[str]:
+    """One example as shell lines of `HELP_WIDTH` at most: a long one is continued with `` \\``
+    and an indented line, as a shell reads it, so it can still be pasted."""
+    lines, line = [], "  "
+    for word in _shell_words(example):
+        candidate = f"{line} {word}" if line.strip() else f"{line}{word}"
+        if len(candidate) + 2 > HELP_WIDTH and line.strip() and not word.startswith("#"):
+            lines.append(line + " \\")
+            line = f"      {word}"
+        else:
+            line = candidate
+    return lines + [line]
 
 
 def help_blocks(path: str) -> str:
     """The ``\\b`` paragraphs appended to ``path``'s help: its example(s), then its exit codes."""
     examples, codes = COMMAND_HELP[path]
     example_block = "\n".join(["\b", "Example:" if len(examples) == 1 else "Examples:",
-                               *(f"  {e}" for e in examples)])
+                               *(line for e in examples for line in example_lines(e))])
     code_block = "\n".join(["\b", "Exit codes:", *exit_code_lines(codes)])
     return f"{example_block}\n\n{code_block}"
+
+
+def with_blocks(help_text: str | None, blocks: str) -> str:
+    """``help_text`` dedented as click would dedent it alone, then ``blocks`` after its last
+    paragraph (before a ``\\f``, which ends what click shows)."""
+    shown, cut, hidden = inspect.cleandoc(help_text or "").partition("\f")
+    return f"{shown.rstrip()}\n\n{blocks}" + (f"\n{cut}{hidden}" if cut else "")
 
 
 def add_help_blocks(group: click.Group, prefix: str = "") -> None:
@@ -117,7 +178,7 @@ def add_help_blocks(group: click.Group, prefix: str = "") -> None:
     for name, command in group.commands.items():
         path = f"{prefix}{name}"
         if path in COMMAND_HELP and not getattr(command, "_kvdiag_help_added", False):
-            command.help = (command.help or "").rstrip() + "\n\n" + help_blocks(path)
+            command.help = with_blocks(command.help, help_blocks(path))
             command._kvdiag_help_added = True
         if isinstance(command, click.Group):
             add_help_blocks(command, f"{path} ")

@@ -85,9 +85,9 @@ def _save_traceback() -> str:
 
     try:
         from kvdiag.fileio import write_atomic
-        from kvdiag.home import kvdiag_home
+        from kvdiag.home import home_folder, kvdiag_home
 
-        path = kvdiag_home() / "crashes" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+        path = home_folder(kvdiag_home(), "crashes") / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
         write_atomic(path, traceback.format_exc())
         return f"traceback saved to {path}"
     except (OSError, KvdiagError):

@@ -21,6 +21,7 @@ from typing import Sequence
 import click
 from tabulate import tabulate
 
+from kvdiag.commands.options import Count, Seconds
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import ExitCode
 
@@ -251,11 +252,11 @@ def _inspect(build_dir: Path | None):
 @click.option("--build-cmd", help="Build command; {source}, {build} and {jobs} are substituted (no shell).")
 @click.option("--commit", default="HEAD", show_default=True, help="The commit of SOURCE to apply the fix to.")
 @click.option("--keep", is_flag=True, help="Keep the scratch worktree and build.")
-@click.option("-j", "--jobs", type=click.IntRange(1, 1024), help="Build jobs (default: the CPU count).")
+@click.option("-j", "--jobs", type=Count(1, 1024), help="Build jobs (default: the CPU count).")
 @click.option("--numeric-params", help="Also run the numeric test over this case regex (e.g. hsk=256).")
 @click.option("--step", help="The repro step (default: the entry's default).")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
-@click.option("--build-timeout", type=click.IntRange(1, 10**6), help="Seconds a build may take (default 4 h).")
+@click.option("--build-timeout", type=Seconds(10**6), help="Seconds a build may take (default 4 h).")
 @_probes_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
@@ -264,11 +265,8 @@ def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, bui
                numeric_params, step, sanitizer, build_timeout, probes_dir, fmt, quiet) -> int:
     """Verify a fix: the repro before and after the probe stack, and the numeric test.
 
-    \b
-    Exit 0  fix verified (confirmed before, not reproduced after, numeric test passed)
-    Exit 1  not verified (still reproduces, or the fix breaks results)
-    Exit 4  inconclusive (including a patched tree that does not build)
-    Exit 64/70  usage error (a probe that does not apply) / harness failure
+    Verified means confirmed before the probes, not reproduced after them, and
+    the numeric test still passing on the patched build.
     """
     from kvdiag.commands.progress import progress_display
     from kvdiag.engine.scratch_build import BuildFailed
@@ -312,10 +310,10 @@ def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, bui
 @click.option("--configure-cmd", help="Configure command at each commit; {source} and {build} substituted.")
 @click.option("--build", "build_dir", type=click.Path(path_type=Path),
               help="Reuse this build's CMake configuration at each commit (instead of --configure-cmd).")
-@click.option("-j", "--jobs", type=click.IntRange(1, 1024), help="Build jobs (default: the CPU count).")
+@click.option("-j", "--jobs", type=Count(1, 1024), help="Build jobs (default: the CPU count).")
 @click.option("--step", help="The repro step (default: the entry's default).")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
-@click.option("--timeout", type=click.IntRange(1, 10**7), default=24 * 3600, show_default=True,
+@click.option("--timeout", type=Seconds(10**7), default=24 * 3600, show_default=True,
               help="Seconds the whole bisection may take.")
 @click.option("--keep", is_flag=True, help="Keep the scratch worktree and build.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -361,7 +359,7 @@ def bisect_cmd(obj, entry_id, source, good, bad, build_cmd, configure_cmd, build
 @click.option("--configure-cmd")
 @click.option("--build-cmd")
 @click.option("--build", "reference_dir", type=click.Path(path_type=Path))
-@click.option("-j", "--jobs", type=click.IntRange(1, 1024))
+@click.option("-j", "--jobs", type=Count(1, 1024))
 @click.option("--registry", "registry_dir", type=click.Path(path_type=Path))
 @click.option("--step")
 @click.option("--sanitizer", type=click.Path(path_type=Path))

@@ -49,12 +49,18 @@ def run_and_show(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
                             on_outcome=lambda o, entry, run_dir: show_outcome(progress, o, entry, run_dir, fmt))
 
 
-def scan_and_show(entry: Entry, build_dir: Path, *, fmt: str, **options: Any):
-    """`kvdiag scan`: the table (or JSON) of every case; the ScanResult for the exit code."""
+def scan_and_show(entry: Entry, build_dir: Path, *, fmt: str, save: Path | None = None, **options: Any):
+    """`kvdiag scan`: the table (or JSON) of every case, the scan saved to ``save`` too; the
+    ScanResult for the exit code."""
     from kvdiag.engine import scan_session
+    from kvdiag.fileio import written_as
+    from kvdiag.store.scans import save_scan
 
     with progress_display(fmt != "text") as progress:
         result = scan_session.run_scan(entry, build_dir, progress=progress, **options)
+    if save is not None:
+        written = save_scan(scan_session.scan_document(result), save)
+        click.echo(f"kvdiag: scan saved to {written_as(save, written)}", err=True)
     if fmt == "json":
         click.echo(json.dumps({**result.to_dict(), "run_dir": str(result.run_dir)}, indent=2, default=str))
     else:

@@ -8,24 +8,27 @@ into the process's exit status.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
 
+from kvdiag.commands.options import Count, IdList, Seconds
 from kvdiag.engine.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
 from kvdiag.errors import DataError, UsageError
-from kvdiag.fileio import output_target, write_atomic
+from kvdiag.fileio import output_target, write_atomic, written_as
 from kvdiag.exitcodes import ExitCode
 from kvdiag.report.formats import SweepFormat, clip
-from kvdiag.store.sweeps import Sweep, load_sweep, parse_shard, save_sweep
+from kvdiag.shards import resolve_shard
+from kvdiag.store.sweeps import Sweep, load_sweep, save_sweep
 
 
 def _emit(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    write_atomic(output, text)
-    click.echo(f"kvdiag: wrote {output}", err=True)
+    written = write_atomic(output, text)
+    click.echo(f"kvdiag: wrote {written_as(output, written)}", err=True)
 
 
 def _write_formatted(sweep: Sweep, fmt: str, output: Path | None, quiet: bool) -> None:
@@ -41,10 +44,12 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(SweepFormat.na
 @click.command("sweep")
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
               help="The build folder (default: $LLAMA_KV_BUILD).")
-@click.option("--only", multiple=True, metavar="IDS", help="Only these entries (comma-separated; repeatable).")
-@click.option("--exclude", multiple=True, metavar="IDS", help="Leave these entries out (comma-separated; repeatable).")
-@click.option("--shard", metavar="I/N",
-              help="Run shard I of N: the selection in id order (D2 before D10), dealt round-robin.")
+@click.option("--only", multiple=True, type=IdList("D2,D10"), metavar="IDS", help="Only these entries (comma-separated; repeatable).")
+@click.option("--exclude", multiple=True, type=IdList("D2,D10"), metavar="IDS", help="Leave these entries out (comma-separated; repeatable).")
+@click.option("--shard", metavar="I/N|auto",
+              help="Run shard I of N (from 1): the selection in id order (D2 before D10), dealt round-robin. "
+                   "auto: I and N from a Slurm job array, a Kubernetes Indexed Job or GitLab parallel: "
+                   "(docs/fleets.md).")
 @FORMAT_OPTION
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the formatted sweep here (the summary table still goes to the terminal).")
@@ -53,8 +58,8 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(SweepFormat.na
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
-@click.option("--devices", metavar="I,J", help="GPUs to use (default: every visible one), as kvdiag lists them.")
-@click.option("--step-budget", type=click.FloatRange(min=1), metavar="SECONDS",
+@click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to use (default: every visible one), as kvdiag lists them.")
+@click.option("--step-budget", type=Seconds(86400, least=1), metavar="SECONDS",
               help="Seconds any step may run before its process tree is ended and the entry is inconclusive "
                    f"(default: {BUDGET_FACTOR}x the step's expected_seconds, at least {BUDGET_FLOOR_S:g}, "
                    "at most its timeout).")
@@ -83,8 +88,7 @@ def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer
         raise UsageError("a sweep needs a build: --build BUILD or $LLAMA_KV_BUILD")
     if not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
-    if shard is not None:
-        parse_shard(shard)
+    chosen = resolve_shard(shard, os.environ)
     for path in (output, save):
         if path is not None:
             output_target(path)          # refuse a FIFO or device before the sweep runs, not after
@@ -96,40 +100,73 @@ def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer
     with progress_display(quiet) as progress:
         progress.say(f"build checks: {'skipped (--skip-builds)' if skip_builds else 'on (--skip-builds skips them)'}"
                      f"; step budget: {f'{step_budget:g} s' if step_budget else 'from each step'}")
-        result = run_sweep(selection, build_dir, shard=shard, sanitizer=sanitizer, check_staleness=not no_staleness,
-                           save=save, devices=devices, progress=progress, step_budget=step_budget,
-                           skip_builds=skip_builds)
+        result = run_sweep(selection, build_dir, shard=chosen and chosen.text,
+                           shard_from=chosen and chosen.origin(), sanitizer=sanitizer,
+                           check_staleness=not no_staleness, save=save, devices=devices, progress=progress,
+                           step_budget=step_budget, skip_builds=skip_builds)
     _write_formatted(result.sweep, fmt, output, quiet)
     if not quiet:
-        click.echo(f"kvdiag: sweep saved to {result.path}", err=True)
+        also = f" and to {written_as(save, output_target(save))}" if save is not None else ""
+        click.echo(f"kvdiag: sweep saved to {result.path}{also}", err=True)
     return sweep_exit_code(result.sweep)
 
 
 @click.command("merge")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="Where to save the merged sweep JSON.")
+              help="Where to save the merged sweep or scan JSON.")
 @FORMAT_OPTION
 @click.option("--no-record", is_flag=True, help="Do not record the merged sweep in the history.")
 @click.pass_obj
 def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
-    """Merge the sweep files of shards 1..N into the sweep an unsharded run gives.
+    """Merge the sweep (or scan) files of shards 1..N into the one an unsharded run gives.
 
-    Refuses shards of different targets, a missing or repeated shard, and an
-    entry in two shards. Prints the merged sweep (--format) and exits as
-    `kvdiag sweep` would have for the whole selection.
+    Refuses shards of different targets, selections or shard counts, a missing
+    (named) or repeated shard, and an entry or case in two shards. Prints the
+    merged sweep (--format) and exits as `kvdiag sweep` would have for the whole
+    selection; merged scans print as `kvdiag scan` does (table, or json) and
+    exit as it would.
     """
     from kvdiag.engine.sweep import sweep_exit_code
+    from kvdiag.fileio import read_json
     from kvdiag.store.history import record_sweep
+    from kvdiag.store.scans import is_scan
     from kvdiag.store.sweeps import merge_sweeps, with_sources
 
-    merged = with_sources(merge_sweeps([load_sweep(p) for p in shards]))   # printed as saved
-    save_sweep(merged, output)
+    documents = [read_json(p, "sweep or scan") for p in shards]
+    scans = [is_scan(d) for d in documents]
+    if any(scans):
+        if not all(scans):
+            raise UsageError("merge takes the shards of one sweep or of one scan, not both: "
+                             + ", ".join(str(p) for p, scan in zip(shards, scans) if not scan) + " are not scans")
+        return _merge_scans(shards, documents, output, fmt)
+    merged = with_sources(merge_sweeps([Sweep.from_dict(d, source=str(p)) for p, d in zip(shards, documents)]))
+    written = save_sweep(merged, output)
     if not no_record:
         record_sweep(merged, path=output)
-    click.echo(f"kvdiag: merged {len(shards)} shard(s), {len(merged.outcomes)} entries, into {output}", err=True)
+    click.echo(f"kvdiag: merged {len(shards)} shard(s), {len(merged.outcomes)} entries, "
+               f"into {written_as(output, written)}", err=True)
     click.echo(SweepFormat(fmt).to_formatter().format(merged), nl=False)
     return sweep_exit_code(merged)
+
+
+def _merge_scans(paths, documents, output: Path, fmt: str) -> int:
+    from kvdiag.engine.scan import scan_exit_code
+    from kvdiag.report.scan_text import render_scan_data
+    from kvdiag.store.scans import check_scan, merge_scans, save_scan
+
+    if fmt not in (SweepFormat.TABLE.value, SweepFormat.JSON.value):
+        raise UsageError(f"a merged scan is shown as table or json, not {fmt} (render formats are for sweeps)")
+    output_target(output)
+    merged = merge_scans([check_scan(d, str(p)) for p, d in zip(paths, documents)])
+    written = save_scan(merged, output)
+    click.echo(f"kvdiag: merged {len(paths)} shard(s), {len(merged['cases'])} cases, "
+               f"into {written_as(output, written)}", err=True)
+    if fmt == SweepFormat.JSON.value:
+        click.echo(json.dumps(merged, indent=2, default=str))
+    else:
+        click.echo(render_scan_data(merged, f"merged: {output}"), nl=False)
+    return scan_exit_code(merged["counts"])
 
 
 @click.command("render")
@@ -175,7 +212,7 @@ def compare_cmd(ctx, before, after, fmt, changed_only) -> int:
 
 @click.command("history")
 @click.argument("entry_id")
-@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True,
+@click.option("--limit", type=Count(1, 100000), default=50, show_default=True,
               help="Show the newest N outcomes.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_obj

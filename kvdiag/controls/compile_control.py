@@ -67,25 +67,26 @@ template __global__ void current_kernel<32>(const float *, float *, int);
 
 
 def compile_control_gate(home: Path, log_dir: Path, defines: Mapping[str, str], launcher: str | None,
-                         deadline: float | None = None) -> Gate:
+                         deadline: float | None = None, ninja: str = "ninja") -> Gate:
     """May a compile step that built clean say not-reproduced? Runs the control once per key,
     by ``deadline`` (monotonic; the step's budget covers its control) when given."""
     try:
-        key = _environment_key(log_dir, defines, launcher)
+        key = _environment_key(log_dir, defines, launcher, ninja)
     except CommandError as exc:
         return Gate(False, f"the compile control could not read the tool versions ({exc})")
     record = load_control(home, key, TOOL)
     if record is None:
-        record = run_compile_control(key, log_dir, defines, launcher, deadline)
+        record = run_compile_control(key, log_dir, defines, launcher, deadline, ninja)
         if record.positive_detected is not None:
             store_record(home, record)
     return gate_for_record(TOOL, record)
 
 
 def run_compile_control(key: str, log_dir: Path, defines: Mapping[str, str], launcher: str | None,
-                        deadline: float | None = None) -> ControlRecord:
-    """Stage the project, compile it through a scratch build, and judge what it printed. A
-    control cut short by ``deadline`` is not passed (and, undetermined, not stored)."""
+                        deadline: float | None = None, ninja: str = "ninja") -> ControlRecord:
+    """Stage the project (sources and a CMakeLists.txt only: cmake and ``ninja`` write the rest),
+    compile it through a scratch build, and judge what it printed. A control cut short by
+    ``deadline`` is not passed (and, undetermined, not stored)."""
     wanted = {k: v for k, v in defines.items() if k in ("CMAKE_CUDA_ARCHITECTURES", "CMAKE_BUILD_TYPE")}
     date = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="kvdiag-compile-control-") as tmp:
@@ -96,7 +97,7 @@ def run_compile_control(key: str, log_dir: Path, defines: Mapping[str, str], lau
         for name, text in files.items():
             (source / name).write_text(text)
         expect_line = _STALE.splitlines().index(next(x for x in _STALE.splitlines() if "KVDIAG-EXPECT" in x)) + 1
-        build = KeptBuild(Path(tmp) / "scratch", KeptBuildKey.make(source, None, wanted, launcher))
+        build = KeptBuild(Path(tmp) / "scratch", KeptBuildKey.make(source, None, wanted, launcher), ninja)
         run = build.compile_sources(["stale_call.cu", "current_call.cu"], log_dir=log_dir, name="compile-control",
                                     deadline=min(time.monotonic() + CONTROL_BUDGET_S,
                                              deadline if deadline is not None else float("inf")))
@@ -126,11 +127,11 @@ def run_compile_control(key: str, log_dir: Path, defines: Mapping[str, str], lau
         log_dir=str(log_dir))
 
 
-def _environment_key(log_dir: Path, defines: Mapping[str, str], launcher: str | None) -> str:
+def _environment_key(log_dir: Path, defines: Mapping[str, str], launcher: str | None, ninja: str = "ninja") -> str:
     """The tool versions the control's outcome holds for (nvcc, cmake, ninja), the CUDA
     architectures and the launcher."""
     parts = [TOOL]
-    for program, name in (("nvcc", "nvcc"), ("cmake", "cmake"), ("ninja", "ninja")):
+    for program, name in (("nvcc", "nvcc"), ("cmake", "cmake"), (ninja, "ninja")):
         result = run_command([program, "--version"], timeout=30, log_dir=log_dir, name=f"{name}-version")
         lines = [x.strip() for x in result.stdout_text().splitlines() if x.strip()]
         version = next((x for x in reversed(lines) if "release" in x or "version" in x), lines[-1] if lines else "?")

@@ -35,6 +35,7 @@ from kvdiag.controls.cache import (ControlRecord, control_run_lock, load_control
                                    store_record)
 from kvdiag.controls.canaries import ALL_TOOLS, Canary, pair_for
 from kvdiag.controls.judging import judge_negative, judge_positive, plural
+from kvdiag.controls.staleness import prove_current
 from kvdiag.controls.launch import (CompileError, Compiler, arch_for, available_launchers, canary_program, find_nvcc,
                                    parse_launcher_line)
 from kvdiag.errors import KvdiagError, UsageError
@@ -395,17 +396,17 @@ def _tool_checks(env, sanitizer: Path | None) -> list[Check]:
     return checks
 
 
-def _build_check(build_dir: Path, log_dir: Path) -> Check:
+def _build_check(build_dir: Path, log_dir: Path, home: Path | None = None) -> Check:
     try:
         info = inspect_build(build_dir, log_dir=log_dir)
     except KvdiagError as exc:
         return Check("build", "fail", str(exc))
-    st = info.staleness
+    st = prove_current(info.staleness, generator=info.generator, log_dir=log_dir, home=home)
     if st.stale is True:
         return Check("build", "fail", f"stale against its sources ({st.tool}): {st.detail}")
-    if st.stale is False:
-        return Check("build", "pass", f"current with its sources ({st.tool})")
-    return Check("build", "warn", f"currency unknown: {st.detail}")
+    if st.stale is False and st.checked:
+        return Check("build", "pass", f"current with its sources ({st.tool}); {st.proof}")
+    return Check("build", "warn", f"not checked: {st.detail}")
 
 
 # --------------------------------------------------------------------------- the doctor
@@ -447,7 +448,7 @@ def run_doctor(*, home: Path, sanitizer: Path | None, build_dir: Path | None, re
     date = _now()
     checks = _gpu_checks(env) + _tool_checks(env, sanitizer_path)
     if build_dir is not None:
-        checks.append(_build_check(Path(build_dir), log_dir / "build"))
+        checks.append(_build_check(Path(build_dir), log_dir / "build", home))
 
     controls: list[ControlResult] = []
     cached = {} if refresh else load_controls(home, env_key)

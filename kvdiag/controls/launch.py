@@ -142,8 +142,14 @@ class Compiler:
     _version: str | None = None
     _version_known: bool = False
 
+    def _canaries(self) -> Path:
+        """``<home>/canaries``, created and checked as every folder of the home is (kvdiag.home)."""
+        from kvdiag.home import home_folder
+
+        return home_folder(self.home, "canaries")
+
     def _logs(self) -> Path:
-        d = self.log_dir or (Path(self.home) / "canaries" / "logs")
+        d = self.log_dir or (self._canaries() / "logs")
         d.mkdir(parents=True, exist_ok=True)
         return d
 
@@ -199,6 +205,7 @@ class Compiler:
         """``nvcc FLAGS -o target source`` unless ``target`` is already cached; written atomically."""
         from kvdiag.proc.runner import CommandNotFound, run_command
 
+        self._canaries()             # the programs kept there are run: only you may write them
         if target.is_file() and target.stat().st_size > 0:
             return target
         target.parent.mkdir(parents=True, exist_ok=True)

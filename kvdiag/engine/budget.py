@@ -11,8 +11,10 @@ log.
 
 from __future__ import annotations
 
+import math
 import os
 
+from kvdiag.errors import UsageError
 from kvdiag.registry.entry import Step
 
 BUDGET_FACTOR = 5
@@ -28,7 +30,10 @@ BUILD_KINDS = frozenset({"build", "compile"})
 def step_budget(step: Step, override: float | None = None) -> float:
     """The step's time budget in seconds (see the module's docstring)."""
     if override is not None:
-        return float(override)
+        seconds = float(override)
+        if not (math.isfinite(seconds) and seconds > 0):       # NaN or inf would turn every deadline off
+            raise UsageError(f"a step budget must be a finite number of seconds above 0, not {override!r}")
+        return seconds
     if step.expected_seconds:
         return float(min(step.timeout, max(BUDGET_FLOOR_S, BUDGET_FACTOR * float(step.expected_seconds))))
     return float(step.timeout)

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from kvdiag import __version__
-from kvdiag.controls.staleness import staleness_control
 from kvdiag.engine.applicability import judge_applicability
 from kvdiag.engine.budget import compiles, step_budget
-from kvdiag.engine.comparison import describe_comparison, run_comparison
+from kvdiag.engine.comparison import ComparisonArm, describe_comparison
 from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
 from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
 from kvdiag.engine.presence import after_running, before_running
+from kvdiag.engine.site_check import check_site
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
 from kvdiag.engine.wrapping import sanitizer_invocation
@@ -35,6 +35,7 @@ from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.server import completion_requests, run_server_attempt
 from kvdiag.store.runs import RunDir
+from kvdiag.target.tree import Tree
 
 GateProvider = Callable[[str | None], Gate]
 
@@ -61,6 +62,8 @@ class RunOptions:
     attribute: Callable[..., dict] | None = None
     step_budget: float | None = None          # seconds a step may run (None: from the step, see engine.budget)
     skip_builds: bool = False                 # steps that compile code are skipped (`sweep --skip-builds`)
+    # The judged step's comparison arm, read by relative matchers (set by run_entry, see engine.comparison).
+    comparison: Callable[[], Any] | None = None
 
 
 def no_sanitizer_gate(tool: str | None) -> Gate:
@@ -99,26 +102,21 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     if target.build is not None and target.build.staleness.stale:
         warnings.append(f"the build is stale against its sources ({target.build.staleness.pending_count} "
                         f"step(s) pending, {target.build.staleness.tool}): results may not reflect the source")
-    if judgement.verdict is not None:
-        verdict, reason = before_running(judgement, presence)
-        outcome = Outcome(entry.id, verdict, reason, (), tuple(warnings), step.name, time.monotonic() - started,
-                          range=presence)
-        _finish(run_dir, header, outcome)
-        return outcome
-    if options.skip_builds and compiles(step):
-        outcome = Outcome(entry.id, Verdict.SKIPPED, f"its step {step.name!r} compiles code: build checks "
-                          "skipped (--skip-builds)", (), tuple(warnings), step.name, time.monotonic() - started,
-                          range=presence)
-        _finish(run_dir, header, outcome)
-        return outcome
+    early = _without_running(entry, step, judgement, presence, options, warnings, started)
+    if early is not None:
+        _finish(run_dir, header, early)
+        return early
     attempts: list[Attempt] = []
     n = options.runs or step.runs
+    arm = _comparison_arm(entry, step, target, run_dir, options, gate_provider)
+    if arm is not None:
+        options = replace(options, comparison=arm.read)
     try:
         for index in range(1, n + 1):
             label = f"{entry.id} [{step.name}] run {index}/{n}"
             attempt = attempt_step(entry, step, target, run_dir, index, label, options, gate_provider)
-            if _cancelled(options):      # another thread stopped this run (a sweep's worker on Ctrl-C)
-                raise _Interrupted(attempt)
+            if _cancelled(options) or (arm is not None and arm.interrupted):
+                raise _Interrupted(attempt)  # another thread stopped this run, or Ctrl-C in the comparison arm
             attempts.append(attempt)
     except _Interrupted as exc:
         attempts.append(exc.attempt)
@@ -147,15 +145,17 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     interrupted = interrupted or _cancelled(options)
     if extra.get("case"):
         reason += f"; {describe_case(extra['case'])}"
-    if not interrupted:
-        comparison, interrupted = _compare(entry, step, target, run_dir, verdict, options, gate_provider)
+    if not interrupted and arm is not None:
+        comparison = arm.summary(verdict)
         if comparison is not None:
             extra = {**extra, "comparison": comparison}
-            reason += f"; {describe_comparison(comparison)}"
-        interrupted = interrupted or _cancelled(options)
-    if verdict is Verdict.CONFIRMED and any(
-            a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
-        warnings.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
+            if not _measured_in_reason(entry, step, verdict):
+                reason += f"; {describe_comparison(comparison)}"
+        interrupted = arm.interrupted or _cancelled(options)
+    if verdict is Verdict.CONFIRMED:
+        notes, site = confirmed_notes(entry, target, attempts)
+        warnings += notes
+        extra = {**extra, **({"site": site} if site else {})}
     verdict, reason, warnings = after_running(verdict, reason, warnings, presence)
     outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings)), step.name,
                       time.monotonic() - started, {**extra, **({"interrupted": True} if interrupted else {})},
@@ -164,6 +164,31 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     if interrupted:
         raise RunInterrupted(outcome)
     return outcome
+
+
+def _without_running(entry: Entry, step: Step, judgement, presence, options: RunOptions, warnings: list[str],
+                     started: float) -> Outcome | None:
+    """The outcome of a step that is not run: not applicable or not required here (engine.presence
+    weighs that against the range), or a compile step under --skip-builds; None when it runs."""
+    if judgement.verdict is not None:
+        verdict, reason = before_running(judgement, presence)
+    elif options.skip_builds and compiles(step):
+        verdict, reason = Verdict.SKIPPED, f"its step {step.name!r} compiles code: build checks skipped (--skip-builds)"
+    else:
+        return None
+    return Outcome(entry.id, verdict, reason, (), tuple(warnings), step.name, time.monotonic() - started,
+                   range=presence)
+
+
+def confirmed_notes(entry: Entry, target: Target, attempts: list[Attempt]) -> tuple[list[str], dict | None]:
+    """A confirmation's notes: sites printed without file:line, and whether the printed site is the
+    registry's site for this tree (engine.site_check; its placement is returned for the outcome)."""
+    notes = []
+    if any(a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
+        notes.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
+    tree = Tree.from_build_info(target.build) if target.build is not None else Tree(None)
+    site, note = check_site(entry, tree, attempts)
+    return notes + ([note] if note else []), site
 
 
 def _attribute(entry: Entry, step: Step, target: Target, run_dir: RunDir, attempts: list[Attempt],
@@ -177,16 +202,28 @@ def _attribute(entry: Entry, step: Step, target: Target, run_dir: RunDir, attemp
         return {"case": {"case": None, "why_not": "interrupted while re-running cases alone", "tried": []}}, True
 
 
-def _compare(entry: Entry, step: Step, target: Target, run_dir: RunDir, verdict: Verdict,
-             options: RunOptions, gate_provider: GateProvider) -> tuple[dict | None, bool]:
-    """The step's comparison arm (engine.comparison), if it has one; a Ctrl-C during it keeps the verdict."""
-    def attempt(arm: Step):
-        return attempt_step(entry, arm, target, run_dir, 1, f"{entry.id} [{arm.name}] comparison arm", options,
-                            gate_provider)
-    try:
-        return run_comparison(entry, step, verdict, run_dir, attempt), False
-    except _Interrupted:
-        return {"step": step.compare_with, "seen": [], "missing": [], "exit": "interrupted", "logs": []}, True
+def _comparison_arm(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: RunOptions,
+                    gate_provider: GateProvider) -> ComparisonArm | None:
+    """The step's comparison arm (engine.comparison), if it has one; a Ctrl-C during it keeps the
+    judged step's verdict and is recorded (the arm says it was interrupted)."""
+    arm = entry.step(step.compare_with) if step.compare_with else None
+    if arm is None:
+        return None
+
+    def attempt(arm_step: Step) -> tuple[Attempt, bool]:
+        try:
+            return attempt_step(entry, arm_step, target, run_dir, 1, f"{entry.id} [{arm_step.name}] comparison arm",
+                                replace(options, comparison=None), gate_provider), False
+        except _Interrupted as exc:
+            return exc.attempt, True
+    return ComparisonArm(arm, run_dir, attempt)
+
+
+def _measured_in_reason(entry: Entry, step: Step, verdict: Verdict) -> bool:
+    """Whether the reason already quotes the comparison arm's line: a relative matcher's text is
+    in every confirmed and not-reproduced reason of its step (engine.judge)."""
+    relative = any(m.type == "relative" and m.arm == step.compare_with for m in matchers_for(entry, step.name))
+    return relative and verdict in (Verdict.CONFIRMED, Verdict.NOT_REPRODUCED)
 
 
 def _cancelled(options: RunOptions) -> bool:
@@ -225,13 +262,14 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
     progress = options.progress or Progress()
     started = time.monotonic()
     if step.kind == "build-check":
+        # The target's staleness answer is the one source: "current" there carries the control's proof
+        # (engine.target.proven), anything the control did not prove is already "not checked".
         staleness = target.build.staleness if target.build is not None else None
         stale = staleness.stale if staleness is not None and staleness.checked else None
-        detail = _staleness_detail(staleness)
-        obs = observe_staleness(step, stale, detail)
-        generator = target.build.generator if target.build is not None else None
-        return judge_attempt(entry, obs, lambda: staleness_control(generator, run_dir.logs), index,
-                             time.monotonic() - started)
+        obs = observe_staleness(step, stale, _staleness_detail(staleness))
+        proof = staleness.proof if staleness is not None else None
+        gate = Gate(True, proof) if proof else Gate(False, "no staleness control proved this dry run on this machine")
+        return judge_attempt(entry, obs, gate, index, time.monotonic() - started)
     if step.kind == "compile":
         return _attempt_compile(entry, step, target, run_dir, index, label, options)
     if step.kind == "server":
@@ -279,7 +317,7 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
     duration = time.monotonic() - started
     # The gate is lazy: only a would-be not-reproduced consults it (it may cost a canary run).
     return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, duration, str(run_dir.logs),
-                         presence=target.range_evidence(entry))
+                         presence=target.range_evidence(entry), comparison=options.comparison)
 
 
 def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
@@ -318,7 +356,8 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
         progress.stop()
     obs = observe(step, [result], sanitizer_logs)
     return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index,
-                         time.monotonic() - started, str(run_dir.logs), presence=target.range_evidence(entry))
+                         time.monotonic() - started, str(run_dir.logs), presence=target.range_evidence(entry),
+                         comparison=options.comparison)
 
 
 def _attempt_compile(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,

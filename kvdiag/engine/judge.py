@@ -12,18 +12,22 @@
    defect absent (engine.presence says what would exercise it);
 5. the path did not run as a healthy build runs it (`expect` not seen, a different
    abort, an unexpected exit, other sanitizer findings) → inconclusive, showing what happened;
-6. the detector's control has not passed on this machine → inconclusive;
-7. otherwise → not-reproduced, saying what executed and which control passed.
+6. a relative matcher could not compare (a figure missing in the step or its comparison
+   arm) → inconclusive, saying which arm lacked what;
+7. the detector's control has not passed on this machine → inconclusive;
+8. otherwise → not-reproduced, saying what executed, what the relative matchers measured
+   and which control passed.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from kvdiag.controls.gate import Gate
-from kvdiag.engine.matchers import Match, match
-from kvdiag.engine.observe import Observations
+from kvdiag.engine.matchers import UNDETERMINED, Match, match
+from kvdiag.engine.observe import ArmReading, Observations
 from kvdiag.engine.presence import refused_everywhere, unexercised
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.sanitizer import instantiations, site_label
@@ -37,10 +41,14 @@ def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:
 
 
 def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gate], index: int,
-                  duration_s: float, log_dir: str | None = None, presence: RangeEvidence | None = None) -> Attempt:
+                  duration_s: float, log_dir: str | None = None, presence: RangeEvidence | None = None,
+                  comparison: Callable[[], ArmReading] | None = None) -> Attempt:
     """The attempt's verdict. ``gate`` may be a callable: it is only consulted (and a
     control only run) when the verdict would otherwise be not-reproduced. ``presence``: what
-    the entry's affected ranges say about the tree (None: not evaluated, which places nothing)."""
+    the entry's affected ranges say about the tree (None: not evaluated, which places nothing).
+    ``comparison`` reads the step's comparison arm (running it the first time) for relative matchers."""
+    if comparison is not None:
+        obs = replace(obs, comparison=comparison)
     matches = [match(m, obs) for m in matchers_for(entry, obs.step.name)]
     verdict, reason = _decide(entry, obs, matches, gate, presence)
     evidence = extract_evidence(obs, matches)
@@ -83,11 +91,15 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
     odd = _abnormal(obs)
     if odd:
         return Verdict.INCONCLUSIVE, odd
+    unsure = next((m for m in matches if m.extra.get(UNDETERMINED)), None)
+    if unsure is not None:
+        return Verdict.INCONCLUSIVE, f"the signature could not be judged: {unsure.detail}"
     if callable(gate):
         gate = gate()
     if not gate.allowed:
         return Verdict.INCONCLUSIVE, f"the signature did not match, but {gate.reason}"
-    return Verdict.NOT_REPRODUCED, f"{_what_ran(obs)}; the signature did not match; {gate.reason}"
+    measured = "".join(f" ({m.detail})" for m in matches if m.matcher.type == "relative")
+    return Verdict.NOT_REPRODUCED, f"{_what_ran(obs)}; the signature did not match{measured}; {gate.reason}"
 
 
 def _sanitizer_problem(obs: Observations) -> str | None:

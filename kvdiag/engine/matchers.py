@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kvdiag.engine.observe import Observations
+from kvdiag.engine.relative import judge_relative
 from kvdiag.registry.entry import Matcher
 
 MAX_QUOTED = 6
+UNDETERMINED = "undetermined"   # a key of Match.extra: the matcher could not tell (a figure was missing)
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,14 @@ def _stale(m: Matcher, obs: Observations) -> Match:
     return Match(m, obs.stale, quoted=lines if obs.stale else (), count=int(obs.stale), detail=obs.stale_detail[:200])
 
 
+def _relative(m: Matcher, obs: Observations) -> Match:
+    found = judge_relative(m, obs)
+    if found.held is None:
+        return Match(m, False, detail=found.detail, extra={UNDETERMINED: True})
+    extra = {"figures": {"step": found.values[0], "arm": found.values[1]}}
+    return Match(m, found.held, quoted=found.quoted, count=int(found.held), detail=found.detail, extra=extra)
+
+
 _MATCHERS: dict[str, Callable[[Matcher, Observations], Match]] = {
     "sanitizer": _sanitizer,
     "abort": _abort,
@@ -144,4 +154,5 @@ _MATCHERS: dict[str, Callable[[Matcher, Observations], Match]] = {
     "output": _output,
     "exit": _exit,
     "stale": _stale,
+    "relative": _relative,
 }

@@ -6,9 +6,9 @@ processes ran), so what is judged is exactly what a user finds on disk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kvdiag.parse.aborts import AbortInfo, parse_aborts
 from kvdiag.parse.backend_ops import BackendOpsReport, parse_backend_ops
@@ -16,6 +16,25 @@ from kvdiag.parse.case_segments import CaseSegment, CaseSplit, segment_text
 from kvdiag.parse.sanitizer import MARKER, SanitizerReport, fold_sites, parse_sanitizer
 from kvdiag.parse.text import strip_ansi
 from kvdiag.registry.entry import Step
+
+@dataclass(frozen=True)
+class ArmReading:
+    """What a step's comparison arm left from its one run: its output, or why it has none to compare.
+
+    ``ran`` is true when the arm ran as a healthy run does (its own attempt, judged with no
+    signature, came out not-reproduced); otherwise ``why`` says what happened to it."""
+
+    step: str
+    ran: bool
+    why: str = ""
+    streams: Mapping[str, str] = field(default_factory=dict)   # stdout, stderr, combined
+    exit: str | None = None
+    logs: tuple[str, ...] = ()
+    interrupted: bool = False
+
+    def stream(self, name: str) -> str:
+        return self.streams.get(name, "")
+
 
 @dataclass(frozen=True)
 class Observations:
@@ -33,6 +52,8 @@ class Observations:
     stale: bool | None = None
     stale_detail: str = ""
     budget_s: float | None = None            # the step's time budget (engine.budget), when it ran commands
+    # the step's comparison arm, read (and run, the first time) only when a relative matcher asks
+    comparison: Callable[[], ArmReading] | None = None
 
     @property
     def last(self):

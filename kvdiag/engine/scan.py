@@ -29,6 +29,7 @@ from kvdiag.engine.scan_batch import BatchOutcome, auto_batch_size, batch_step, 
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Verdict
 from kvdiag.errors import UsageError
+from kvdiag.exitcodes import ExitCode
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.proc.runner import run_command
 from kvdiag.registry.entry import Entry, Step
@@ -60,6 +61,11 @@ class ScanResult:
     batches: list[dict[str, Any]] = field(default_factory=list)
     run_dir: Path | None = None           # where the scan's run.json and logs are
     range: Any = None                     # RangeEvidence: what the entry's affected ranges say about the tree
+    shard: str | None = None              # "i/n": this scan ran the cases of shard i (kvdiag.shards.case_shard)
+    shard_from: dict[str, Any] | None = None   # --shard auto: the job engine and its variables
+    selection: tuple[str, ...] = ()       # a shard's whole selection: every case before sharding
+    started_at: str = ""
+    target: dict[str, Any] | None = None  # the target as saved (Target.to_dict()), set by the session
 
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
         return [(p, a) for p, a in self.results.items() if a.verdict is verdict]
@@ -114,6 +120,10 @@ class ScanResult:
             "counts": {v.value: len(self.by_verdict(v)) for v in Verdict},
             "devices": self.per_device(),
             **({"range": self.range.to_dict()} if self.range is not None else {}),
+            "started_at": self.started_at,
+            "shard": self.shard,
+            "shard_from": self.shard_from,
+            **({"selection": list(self.selection)} if self.shard else {}),
         }
 
     def ran_alone(self) -> int:
@@ -132,6 +142,16 @@ class ScanResult:
             row["affected"] += attempt.verdict is Verdict.CONFIRMED
             row["case_s"] = round(row["case_s"] + attempt.duration_s, 3)
         return out
+
+
+def scan_exit_code(counts: dict[str, int], interrupted: bool = False) -> int:
+    """`kvdiag scan`'s (and a merged scan's) exit code from its verdict counts: 130 interrupted,
+    1 if any case is affected, 4 if none is but some case was inconclusive, else 0."""
+    if interrupted:
+        return int(ExitCode.INTERRUPTED)
+    if counts.get(Verdict.CONFIRMED.value):
+        return int(ExitCode.CONFIRMED)
+    return int(ExitCode.INCONCLUSIVE) if counts.get(Verdict.INCONCLUSIVE.value) else int(ExitCode.OK)
 
 
 def enumerate_cases(target: Target, op: str, params: str, run_dir: RunDir, backend: str = "CUDA0") -> CaseSpace:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from kvdiag import __version__
 from kvdiag.engine.gates import controls_gate_provider
-from kvdiag.engine.scan import ScanResult, enumerate_cases, scan, scan_step
+from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, scan, scan_step
 from kvdiag.engine.scan_batch import batchable
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.devices import select_devices
@@ -16,12 +17,30 @@ from kvdiag.proc.slots import slots_for_memory
 from kvdiag.progress import Progress
 from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
+from kvdiag.shards import Shard, case_shard
 from kvdiag.store.runs import RunStore
+from kvdiag.store.scans import save_scan
+from kvdiag.store.sweeps import utc_now
+
+SCAN_FILE = "scan.json"
+
+
+def shard_space(space: CaseSpace, limit: int | None, shard: Shard | None) -> tuple[CaseSpace, tuple[str, ...]]:
+    """The cases this scan runs, and the whole selection they were dealt from.
+
+    ``--limit`` takes the first N supported cases before sharding, so the shards of a
+    limited scan merge into that limited scan; a case's shard is its name's
+    (`kvdiag.shards.case_shard`), whatever the workers, batches or other cases."""
+    selection = tuple(space.supported[:limit] if limit else space.supported)
+    if shard is None:
+        return space, selection
+    mine = tuple(c for c in selection if case_shard(c, shard.count) == shard.index)
+    return dataclasses.replace(space, supported=mine), selection
 
 
 def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None, params: str | None,
              limit: int | None, sanitizer: Path | None, devices: str | None = None,
-             batch: int = 1, progress: Progress | None = None) -> ScanResult:
+             batch: int = 1, progress: Progress | None = None, shard: Shard | None = None) -> ScanResult:
     if not entry.scan and not (op and params):
         raise UsageError(f"{entry.id} declares no case space: give --op and --params")
     op = op or entry.scan.op
@@ -39,21 +58,27 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
         run_dir.write_record(RunRecord(entry=entry.id, status="finished", kind="scan", fields={
             "target": target.to_dict(), "verdict": judgement.verdict, "reason": reason}))
         raise ScanNotRun(judgement.verdict, reason)
-    space = enumerate_cases(target, op, params, run_dir)
+    whole = enumerate_cases(target, op, params, run_dir)
     presence = target.range_evidence(entry)
-    if not space.supported:
-        verdict, reason = _nothing_to_scan(entry, step, space, presence)
+    if not whole.supported:
+        verdict, reason = _nothing_to_scan(entry, step, whole, presence)
         run_dir.write_record(RunRecord(entry=entry.id, status="finished", kind="scan", fields={
             "target": target.to_dict(), "verdict": verdict.value, "reason": reason, "range": presence.to_dict()}))
         raise ScanNotRun(verdict.value, f"{entry.id} has nothing to scan here: {verdict.value}: {reason}")
+    space, selection = shard_space(whole, limit, shard)
+    started_at = utc_now()
     chosen = select_devices(target.gpu.devices, devices)
     device = chosen[0] if chosen else target.first_device
     batched = batch != 1 and batchable(scan_step(entry))
     workers = jobs or default_workers(device, len(chosen), batched)
     running = RunRecord(entry=entry.id, status="running", kind="scan", fields={
-        "target": target.to_dict(), "op": op, "params": params, "supported": len(space.supported)})
+        "target": target.to_dict(), "op": op, "params": params, "supported": len(space.supported),
+        "shard": shard and shard.text, "shard_from": shard and shard.origin()})
     run_dir.write_record(running)
-    cases = len(space.supported[:limit] if limit else space.supported)
+    cases = len(selection if shard is None else space.supported)
+    if shard is not None:
+        origin = f", from {shard.engine}" if shard.engine else ""
+        progress.say(f"shard {shard.text}{origin}: {cases} of the {len(selection)} selected case(s)")
     progress.say(f"scanning {cases} case(s) of {op} /{params}/ with {workers} worker(s)"
                  + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else "")
                  + (", several cases per process" if batched else ", one process per case"))
@@ -61,7 +86,7 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     try:
         progress.begin("cases", cases)
         result = scan(entry, target, run_dir, space=space, workers=workers, gate_provider=gate_provider,
-                      limit=limit, devices=chosen, batch=batch,
+                      devices=chosen, batch=batch, limit=None if shard else limit,
                       on_case=lambda params, attempt: progress.advance(f"{attempt.verdict.value}: {params}"))
     except KeyboardInterrupt:  # a second Ctrl-C while the first one's cases were being collected
         run_dir.write_record(RunRecord(entry=entry.id, status="interrupted", kind="scan", fields={
@@ -70,12 +95,20 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
         raise
     finally:
         progress.end()
-    result.range = presence
+    result = dataclasses.replace(result, run_dir=run_dir.path, shard=shard and shard.text,
+                                 shard_from=shard and shard.origin(), selection=selection if shard else (),
+                                 started_at=started_at, target=target.to_dict(), range=presence)
     data = result.to_dict()
     status = "interrupted" if result.interrupted else "finished"   # the cases it has are kept either way
     run_dir.write_record(RunRecord(entry=entry.id, status=status, kind="scan",
                                    fields={"target": target.to_dict(), "scan": data}))
-    return dataclasses.replace(result, run_dir=run_dir.path)
+    save_scan(scan_document(result), run_dir.path / SCAN_FILE)
+    return result
+
+
+def scan_document(result: ScanResult) -> dict:
+    """The scan as its file saves it (`kvdiag.store.scans`): the aggregate with its target."""
+    return {"kvdiag_version": __version__, "target": result.target, **result.to_dict()}
 
 
 def _nothing_to_scan(entry: Entry, step, space, presence):

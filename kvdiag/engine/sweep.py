@@ -216,12 +216,20 @@ def execute_entries(entries: Sequence[Entry], target: Any, store: RunStore, gate
 
 
 def build_sweep(run: SweepRun, target_dict: dict, *, started_at: str, wall_s: float, shard: str | None,
-                selection: Sequence[Entry]) -> Sweep:
+                selection: Sequence[Entry], shard_from: Mapping[str, Any] | None = None) -> Sweep:
     outcomes = [sweep_outcome(r.outcome, title=r.entry.title, run_dir=str(r.run_dir.path),
                               files=r.entry.location.get("files", ()) if r.entry.location else (), device=r.device)
                 for r in run.results]
     return Sweep(target=target_dict, outcomes=outcomes, started_at=started_at, wall_s=round(wall_s, 3), shard=shard,
-                 kvdiag_version=__version__, selection=[e.id for e in selection], interrupted=run.interrupted)
+                 kvdiag_version=__version__, selection=[e.id for e in selection], interrupted=run.interrupted,
+                 shard_from=shard_from)
+
+
+def shard_label(shard: str | None, shard_from: Mapping[str, Any] | None, selected: int) -> str:
+    """`` (shard 3/4 of 13 selected, from slurm)`` for the progress line; "" for no shard."""
+    if not shard:
+        return ""
+    return f" (shard {shard} of {selected} selected" + (f", from {shard_from['engine']}" if shard_from else "") + ")"
 
 
 @dataclass(frozen=True)
@@ -232,14 +240,15 @@ class SweepResult:
 
 
 def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str | None = None,
-              sanitizer: Path | None = None, check_staleness: bool = True, save: Path | None = None,
-              record: bool = True, devices: str | None = None, progress: Progress | None = None,
-              step_budget: float | None = None, skip_builds: bool = False) -> SweepResult:
+              shard_from: Mapping[str, Any] | None = None, sanitizer: Path | None = None,
+              check_staleness: bool = True, save: Path | None = None, record: bool = True,
+              devices: str | None = None, progress: Progress | None = None, step_budget: float | None = None,
+              skip_builds: bool = False) -> SweepResult:
     """Prepare the target once, run this shard of the selection, save and record the sweep.
 
     The sweep file (under the run store, and `save`) is rewritten after every entry,
     atomically, marked interrupted until the last one is in: a sweep killed midway
-    keeps every verdict it had.
+    keeps every verdict it had. ``shard_from`` (`kvdiag.shards.Shard.origin`) is saved with it.
     """
     from kvdiag.store.history import record_sweep
     from kvdiag.engine.devices import select_devices
@@ -253,11 +262,12 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
     sweep_dir = store.create("sweep")
     started_at, started = utc_now(), time.monotonic()
     progress.say(f"sweep of {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
-                 + (f" (shard {shard} of {len(selection)} selected)" if shard else "")
+                 + shard_label(shard, shard_from, len(selection))
                  + f"; inspecting {build_dir or 'no build'}")
     choices = {"skip_builds": skip_builds, "step_budget_s": step_budget}
     running = RunRecord(entry="sweep", status="running", kind="sweep", fields={
-        "kvdiag_version": __version__, "shard": shard, "entries": [e.id for e in entries], **choices})
+        "kvdiag_version": __version__, "shard": shard, "shard_from": shard_from, "entries": [e.id for e in entries],
+        **choices})
     sweep_dir.write_record(running)
     target = prepare_target(build_dir, log_dir=sweep_dir.logs, sanitizer=sanitizer, check_staleness=check_staleness,
                             home=home)
@@ -271,7 +281,7 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
     def save_all(run: SweepRun) -> Sweep:
         # the sweep as saved, `sources` resolved: what `--format` prints is what `render` gives later
         sweep = with_sources(build_sweep(run, target_dict, started_at=started_at, wall_s=time.monotonic() - started,
-                                         shard=shard, selection=selection))
+                                         shard=shard, selection=selection, shard_from=shard_from))
         save_sweep(sweep, path)
         if save is not None:
             save_sweep(sweep, save)

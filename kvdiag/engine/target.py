@@ -7,17 +7,22 @@ and sanitizer version it was reached on.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from kvdiag.controls.staleness import prove_current
 from kvdiag.engine.applicability import Facts
 from kvdiag.proc.sanitizer import find_sanitizer
-from kvdiag.target.build import find_binaries, inspect_build, probe_backend_ops, probe_help
+from kvdiag.target.build import BackendOpsInfo, find_binaries, inspect_build, probe_backend_ops, probe_help
 from kvdiag.target.history import TreeHistory
-from kvdiag.target.host import fingerprint_environment
-from kvdiag.target.memo import binary_key, environment_key, memoised
+from kvdiag.target.host import Environment, fingerprint_environment
+from kvdiag.target.memo import TEXT, Codec, binary_key, environment_key, memoised
+
+ENVIRONMENT = Codec(dump=Environment.to_dict, load=Environment.from_dict)
+BACKEND_OPS = Codec(dump=BackendOpsInfo.to_dict, load=BackendOpsInfo.from_dict)
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,8 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
 
     With `home`, the environment fingerprint and the test-backend-ops probe are
     memoised (kvdiag.target.memo); the build itself (git state, staleness) is
-    always inspected afresh, since that is what a verdict must be current about.
+    always inspected afresh, since that is what a verdict must be current about. A
+    "current" answer is proven by the staleness control (kept per tool binary in `home`).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -95,7 +101,7 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
 
         if home is not None:
             env_future = pool.submit(memoised, home, "environment", environment_key(found_sanitizer), environment,
-                                     lambda env: env.gpu.available)
+                                     ENVIRONMENT, lambda env: env.gpu.available)
         else:
             env_future = pool.submit(environment)
         ops_future = None
@@ -104,10 +110,12 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
             binary = binaries.get("test-backend-ops")
             if binary is not None and home is not None:
                 ops_future = pool.submit(memoised, home, "backend-ops", binary_key(binary),
-                                         lambda: probe_backend_ops(binary, log_dir=log_dir))
+                                         lambda: probe_backend_ops(binary, log_dir=log_dir), BACKEND_OPS)
             elif binary is not None:
                 ops_future = pool.submit(probe_backend_ops, binary, log_dir=log_dir)
         build = inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness) if build_dir else None
+        if build is not None:
+            build = proven(build, log_dir=log_dir, home=home)
         environment = env_future.result()
         backend_ops = ops_future.result() if ops_future is not None else None
     server = binaries.get("llama-server")
@@ -115,6 +123,13 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
     history = TreeHistory(build.source_dir if build is not None else None, log_dir)
     return Target(build=build, environment=environment, sanitizer=found_sanitizer, backend_ops=backend_ops,
                   server_help=server_help, history=history)
+
+
+def proven(build, *, log_dir: Path, home: Path | None):
+    """The build with its staleness answer proven by the control (kvdiag.controls.staleness): the one
+    answer the D13 verdict, the warnings and every build table read."""
+    staleness = prove_current(build.staleness, generator=build.generator, log_dir=log_dir, home=home)
+    return dataclasses.replace(build, staleness=staleness) if staleness is not build.staleness else build
 
 
 def _lazy_help(binary: Path, log_dir: Path, home: Path | None) -> Callable[[], str | None]:
@@ -129,7 +144,8 @@ def _lazy_help(binary: Path, log_dir: Path, home: Path | None) -> Callable[[], s
     def get() -> str | None:
         with lock:
             if not answer:
-                answer.append(memoised(home, "server-help", binary_key(binary), probe, lambda text: text is not None)
+                answer.append(memoised(home, "server-help", binary_key(binary), probe, TEXT,
+                                       lambda text: text is not None)
                               if home is not None else probe())
             return answer[0]
 

@@ -47,6 +47,7 @@ from kvdiag.probes.worktree import (
     scratch_worktree,
 )
 from kvdiag.progress import Progress
+from kvdiag.records.rates import Rate, fisher_exact_two_sided
 from kvdiag.records.run import RunRecord, target_record
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore
@@ -141,15 +142,52 @@ class VerifyReport:
             return int(ExitCode.HARNESS)
         return self.conclusion.exit_code
 
+    @property
+    def rates(self) -> RateComparison | None:
+        """For an entry run several times (a flaky defect such as D3): both rates with their intervals
+        and whether they differ; None when either side ran once."""
+        return compare_rates(self.before.outcome.rate, self.after.outcome.rate)
+
     def to_dict(self) -> dict[str, Any]:
         return {"entry": self.entry_id, "probes": list(self.probes), "source": str(self.source),
                 "commit": self.commit, "before": self.before.to_dict(), "after": self.after.to_dict(),
                 "conclusion": self.conclusion.value, "headline": self.headline or self.conclusion.value,
                 "explanation": self.explanation,
                 "exit_code": self.exit_code, "source_status_unchanged": self.status_unchanged,
+                **({"rates": self.rates.to_dict()} if self.rates else {}),
                 "source_status_before": self.status_before, "source_status_after": self.status_after,
                 "kept": [str(p) for p in self.kept], "warnings": list(self.warnings),
                 "session_dir": str(self.session_dir) if self.session_dir else None}
+
+
+@dataclass(frozen=True)
+class RateComparison:
+    """Before and after rates of a flaky entry, and Fisher's exact test between them."""
+
+    before: Rate
+    after: Rate
+    p_value: float
+
+    @property
+    def differ(self) -> bool:
+        return self.p_value < 0.05
+
+    @property
+    def text(self) -> str:
+        verdict = ("the rates differ" if self.differ else
+                   "no difference shown: the runs cannot tell these rates apart")
+        return (f"before {self.before.text}, after {self.after.text}; Fisher's exact test p = {self.p_value:.3g}: "
+                f"{verdict}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"before": self.before.to_dict(), "after": self.after.to_dict(), "p_value": round(self.p_value, 4),
+                "differ": self.differ, "test": "fisher-exact-two-sided"}
+
+
+def compare_rates(before: Rate | None, after: Rate | None) -> RateComparison | None:
+    if before is None or after is None:
+        return None
+    return RateComparison(before, after, fisher_exact_two_sided(before.k, before.n, after.k, after.n))
 
 
 def headline(conclusion: Conclusion, *, sanitizer_signature: bool) -> str:
@@ -315,7 +353,7 @@ def _side(label: str, entry: Entry, build_dir: Path, request: VerifyRequest, sto
     setup = store.create(f"target-{label}")
     progress.say(f"{label}: inspecting {build_dir}")
     target = prepare_target(build_dir, log_dir=setup.logs, sanitizer=request.sanitizer,
-                            check_staleness=label == "before")
+                            check_staleness=label == "before", home=home)
     setup.write_record(target_record(target.to_dict()))
     gate_provider = controls_gate_provider(home, target, setup.logs)
     run_dir = store.create(entry.id)

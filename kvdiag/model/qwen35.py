@@ -134,22 +134,29 @@ def tensor_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def steer_for_drafting(name: str, data, spec: ModelSpec):
-    """The random float32 matrix ``data`` of tensor ``name``, steered so that drafts get accepted
-    (see the module's docstring); other tensors unchanged."""
-    if name == "token_embd.weight":
-        return data * (EMBED_RMS / float(data.std() or 1.0))
+def row_steering(name: str, spec: ModelSpec):
+    """How the random rows of tensor ``name`` are steered so that drafts get accepted (see the
+    module's docstring), as a function of (float rows, index of the first row), or None.
+
+    ``token_embd``'s scale is set by the writer (it needs the whole tensor's spread, or the
+    fan-in rule's std, see ``synth.matrix_std``); ``nextn.eh_proj`` gets ``EH_GAIN`` times the
+    identity on its embedding half. Rows come in chunks, so the identity is placed by row index."""
     if name.endswith(".nextn.eh_proj.weight"):
         e = spec.embd                       # numpy shape (e, 2e): [output, input]; input = [enorm(embd), hnorm(h)]
-        data = data.copy()
-        data[:, :e] += EH_GAIN * _identity(e, data.dtype)
-    return data
+
+        def add_identity(rows, start: int):
+            for i in range(rows.shape[0]):
+                if start + i < e:
+                    rows[i, start + i] += EH_GAIN
+            return rows
+        return add_identity
+    return None
 
 
-def _identity(n: int, dtype):
-    import numpy as np  # noqa: PLC0415 - only the writer, which has numpy, gets here
-
-    return np.eye(n, dtype=dtype)
+def steering_edits_values(name: str) -> bool:
+    """Whether the steering adds structure to the values (not just a scale): such a tensor is drawn
+    as floats and quantized, where plain noise is written as random quantized blocks."""
+    return name.endswith(".nextn.eh_proj.weight")
 
 
 def one_d_fill(name: str) -> float:

@@ -55,13 +55,17 @@ layout and the reasons for that architecture are in :mod:`kvdiag.model.qwen35`.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kvdiag.errors import UsageError
 from kvdiag.fileio import commit_atomic, temp_beside
-from kvdiag.model import qwen35
+from kvdiag.model import qwen35, tensor_data
+from kvdiag.model.tensor_data import TensorPlan
 
 ARCHES = ("llama", qwen35.ARCH)
 SPECIALS = ("<unk>", "<s>", "</s>")
@@ -69,7 +73,10 @@ UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 N_BYTE_TOKENS = 256
 MIN_VOCAB = len(SPECIALS) + N_BYTE_TOKENS          # 259
 WEIGHT_STD = 0.02
-TYPES = ("f16", "f32")
+WEIGHT_INITS = ("fixed", "fan-in")
+LAYER_RMS = 0.3                     # what one layer adds to the residual stream under the fan-in rule
+RESIDUAL_WRITERS = frozenset({"attn_output", "ffn_down", "ssm_out"})
+TYPES = ("f16", "f32", "q8_0")
 
 # gguf's TokenType values (kept here so the spec needs no gguf import)
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 5, 6
@@ -86,7 +93,8 @@ def gguf_module():
     return gguf
 
 
-MAX_PARAMS = 1 << 31       # 4 GiB of f16 weights: far past any server-path repro's need
+MAX_PARAMS = 1 << 31       # 4 GiB of f16 weights: far past any tiny server-path repro's need
+MAX_PARAMS_Q8_0 = 1 << 35  # 34 billion q8_0 parameters (36 GiB): room for the seed's 27B shapes, no more
 MAX_LAYERS = 4096
 
 
@@ -121,6 +129,7 @@ class ModelSpec:
     ssm_groups: int = 2             # qwen35: delta-net K heads
     ssm_v_heads: int = 4            # qwen35: delta-net V heads
     ssm_conv: int = 4               # qwen35: conv kernel
+    weight_init: str = "fixed"      # fixed: std 0.02 (tiny models); fan-in: see matrix_std (deep, wide models)
 
     @property
     def embd(self) -> int:
@@ -159,6 +168,8 @@ class ModelSpec:
         if self.n_vocab < MIN_VOCAB:
             out.append(f"the vocabulary needs at least {MIN_VOCAB} tokens "
                        f"({len(SPECIALS)} specials + {N_BYTE_TOKENS} bytes), got {self.n_vocab}")
+        if self.weight_init not in WEIGHT_INITS:
+            out.append(f"weight_init must be one of {', '.join(WEIGHT_INITS)} (got {self.weight_init!r})")
         if self.dtype not in TYPES:
             out.append(f"dtype must be one of {', '.join(TYPES)} (got {self.dtype!r})")
         if self.arch not in ARCHES:
@@ -169,9 +180,14 @@ class ModelSpec:
             out.append(f"only qwen35 carries MTP blocks here (got --mtp-layers {self.mtp_layers} with {self.arch})")
         if not out and self.n_layer <= MAX_LAYERS:
             weights = sum(_product(ne) for ne in self.tensor_shapes().values())
-            if weights > MAX_PARAMS:
-                out.append(f"the shape asks for {weights:,} parameters; a tiny model is at most {MAX_PARAMS:,} "
+            limit = MAX_PARAMS_Q8_0 if self.dtype == "q8_0" else MAX_PARAMS
+            if weights > limit:
+                out.append(f"the shape asks for {weights:,} parameters; a {self.dtype} model is at most {limit:,} "
                            f"(the product of the dimensions is checked before anything is allocated)")
+            if self.dtype == "q8_0":
+                out.extend(f"{name} rows of {ne[0]} values are not whole q8_0 blocks of {tensor_data.QK8_0}"
+                           for name, ne in self.tensor_shapes().items()
+                           if len(ne) > 1 and not qwen35.keeps_f32(name) and ne[0] % tensor_data.QK8_0)
         elif self.n_layer > MAX_LAYERS:
             out.append(f"n_layer must be at most {MAX_LAYERS} (got {self.n_layer})")
         return out
@@ -215,17 +231,21 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
 
 @dataclass(frozen=True)
 class SynthReport:
-    """What was written."""
+    """What was written: ``path`` is the file itself, ``given`` the path asked for (a symlink to
+    ``path`` when the two differ)."""
 
     path: Path
     spec: ModelSpec
     tensors: dict[str, tuple[int, ...]] = field(default_factory=dict)
     n_params: int = 0
     bytes: int = 0
+    given: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
         s = self.spec
-        return {"path": str(self.path), "architecture": s.arch, "mtp_layers": s.mtp_layers, "name": s.model_name, "head_dim": s.head_dim,
+        through = str(self.given) if self.given is not None and Path(self.given) != Path(self.path) else None
+        return {"path": str(self.path), "through_symlink": through, "architecture": s.arch,
+                "mtp_layers": s.mtp_layers, "name": s.model_name, "head_dim": s.head_dim,
                 "n_head": s.n_head, "n_head_kv": s.n_head_kv, "gqa_ratio": s.gqa, "n_layer": s.n_layer,
                 "n_embd": s.embd, "n_ff": s.ff, "n_ctx": s.n_ctx, "n_vocab": s.n_vocab, "dtype": s.dtype,
                 "seed": s.seed, "n_params": self.n_params, "bytes": self.bytes,
@@ -233,51 +253,141 @@ class SynthReport:
 
 
 def synthesize(spec: ModelSpec, path: Path) -> SynthReport:
-    """Write the GGUF (atomically: a temporary file renamed into place)."""
+    """Write the GGUF (atomically: a temporary file renamed into place), streamed tensor by tensor.
+
+    The header goes first (every tensor's shape, type and size is known from the spec), then
+    each tensor's bytes in row chunks (:mod:`kvdiag.model.tensor_data`): memory stays at a few
+    chunks whatever the model's size, so a seed-scale model is written as a tiny one is."""
     problems = spec.problems()
     if problems:
         raise UsageError("; ".join(problems))
     gguf = gguf_module()
-    import numpy as np  # noqa: PLC0415 - gguf depends on numpy, so it is there when gguf is
 
     path = Path(path)
     tmp = temp_beside(path)              # refuses a FIFO, device node or directory before any work
-    rng = np.random.default_rng(spec.seed)
-    wtype = np.float16 if spec.dtype == "f16" else np.float32
-    shapes = spec.tensor_shapes()
+    plans = tensor_plans(spec)
+    _check_room(path, sum(p.nbytes for p in plans))
     writer = gguf.GGUFWriter(str(tmp), spec.arch)
     try:
         _metadata(writer, gguf, spec)
-        for name, ne in shapes.items():
-            numpy_shape = tuple(reversed(ne))         # gguf writes a numpy shape reversed: (ne1, ne0)
-            if len(ne) == 1:
-                data = np.full(numpy_shape, qwen35.one_d_fill(name), dtype=np.float32)
-            else:
-                data = rng.standard_normal(numpy_shape, dtype=np.float32) * WEIGHT_STD
-                if spec.mtp_layers:
-                    data = qwen35.steer_for_drafting(name, data, spec)
-                data = data if qwen35.keeps_f32(name) else data.astype(wtype)
-            if name == "output.weight":
-                data[[i for i in range(spec.n_vocab) if i not in SPEAKABLE_TOKENS]] = 0
-            writer.add_tensor(name, data)
+        for plan in plans:
+            writer.add_tensor_info(plan.name, tuple(reversed(plan.ne)), _NUMPY_STAND_IN, plan.nbytes,
+                                   raw_dtype=gguf.GGMLQuantizationType(plan.ggml_type))
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
+        writer.write_ti_data_to_file()
+        _write_tensor_data(writer, plans)
     except BaseException:
         writer.close()
         tmp.unlink(missing_ok=True)
         raise
     writer.close()
-    commit_atomic(tmp, path)
-    n_params = sum(int(np.prod(ne)) for ne in shapes.values())
-    return SynthReport(path=path, spec=spec, tensors=shapes, n_params=n_params, bytes=path.stat().st_size)
+    written = commit_atomic(tmp, path)
+    shapes = {p.name: p.ne for p in plans}
+    n_params = sum(_product(ne) for ne in shapes.values())
+    return SynthReport(path=written, spec=spec, tensors=shapes, n_params=n_params, bytes=written.stat().st_size,
+                       given=path)
+
+
+# add_tensor_info takes a numpy dtype beside raw_dtype; any but uint8 keeps the shape as given (in values).
+_NUMPY_STAND_IN = np.dtype(np.float32)
+
+
+def _write_tensor_data(writer, plans: list[TensorPlan]) -> None:
+    """Each tensor's bytes where the header placed them: aligned start, the data, padding after
+    (what ``GGUFWriter.write_tensor_data`` does for a whole array, done here chunk by chunk)."""
+    fout = writer.fout[0]
+    for plan in plans:
+        writer.write_padding(fout, fout.tell())
+        written = 0
+        for chunk in plan.chunks():
+            fout.write(memoryview(np.ascontiguousarray(chunk)).cast("B"))
+            written += chunk.nbytes
+        if written != plan.nbytes:
+            raise RuntimeError(f"{plan.name}: wrote {written} bytes, the header says {plan.nbytes}")
+        writer.write_padding(fout, plan.nbytes)
+
+
+def _check_room(path: Path, data_bytes: int) -> None:
+    """A large model that cannot fit is refused before anything is written (a full disk mid-file
+    costs minutes and leaves the disk full)."""
+    need = data_bytes + (64 << 20)
+    free = shutil.disk_usage(path.parent if str(path.parent) else Path(".")).free
+    if need > free:
+        raise UsageError(f"{path}: the model needs about {need / 2**30:.1f} GiB and {path.parent or '.'} has "
+                         f"{free / 2**30:.1f} GiB free")
+
+
+def tensor_plans(spec: ModelSpec) -> list[TensorPlan]:
+    """Every tensor in file order, with the generator of its bytes (one random stream, seeded once)."""
+    rng = np.random.default_rng(spec.seed)
+    plans = []
+    for name, ne in spec.tensor_shapes().items():
+        plans.append(_plan(name, tuple(ne), spec, rng))
+    return plans
+
+
+def _plan(name: str, ne: tuple[int, ...], spec: ModelSpec, rng) -> TensorPlan:
+    """How one tensor's bytes are made. The generators run in file order, sharing ``rng``, so a
+    given seed always writes the same file."""
+    if len(ne) == 1:
+        fill = qwen35.one_d_fill(name)
+        return TensorPlan(name, ne, tensor_data.GGML_F32, lambda: tensor_data.constant_rows(ne, fill))
+    zero = _unspeakable_rows(spec) if name == "output.weight" else None
+    steer = qwen35.row_steering(name, spec) if spec.mtp_layers else None
+    std = matrix_std(name, ne, spec)
+    if qwen35.keeps_f32(name) or spec.dtype in ("f16", "f32"):
+        out = np.float32 if qwen35.keeps_f32(name) or spec.dtype == "f32" else np.float16
+        ggml_type = tensor_data.GGML_F32 if out is np.float32 else tensor_data.GGML_F16
+
+        def float_rows():
+            row_steer = steer
+            if spec.mtp_layers and name == "token_embd.weight" and spec.weight_init == "fixed":
+                scale = np.float32(qwen35.EMBED_RMS / (tensor_data.sample_std(rng, ne, std) or 1.0))
+                row_steer = lambda rows, _start: rows * scale  # noqa: E731
+            return tensor_data.normal_float_rows(rng, ne, std, out, steer=row_steer, zero_rows=zero)
+        return TensorPlan(name, ne, ggml_type, float_rows)
+    if steer is not None and qwen35.steering_edits_values(name):
+        return TensorPlan(name, ne, tensor_data.GGML_Q8_0,
+                          lambda: tensor_data.quantized_float_rows(rng, ne, std, steer))
+    return TensorPlan(name, ne, tensor_data.GGML_Q8_0, lambda: tensor_data.random_q8_0_rows(rng, ne, std, zero))
+
+
+def matrix_std(name: str, ne: tuple[int, ...], spec: ModelSpec) -> float:
+    """The standard deviation of a weight matrix's random values.
+
+    ``fixed`` (the tiny models): :data:`WEIGHT_STD` everywhere, as every recorded run used.
+    ``fan-in`` (deep and wide models, the seed-27b preset): 1/sqrt(fan_in), so every projection
+    keeps its activations near unit size however wide the layer; the matrices that write into the
+    residual stream (:data:`RESIDUAL_WRITERS`) are scaled to :data:`LAYER_RMS` * sqrt(4 / n_layer),
+    so the whole trunk adds about what the tiny 4-layer model's layers add (0.3 each, 0.6 in all)
+    and the token embedding (RMS ``qwen35.EMBED_RMS``) still decides the next token: the steering
+    that gets drafts accepted holds at 64 layers as at 4. ``token_embd`` under ``fan-in`` is drawn
+    at ``EMBED_RMS`` directly when the model has an MTP block."""
+    if spec.weight_init == "fixed":
+        return WEIGHT_STD
+    if name == "token_embd.weight":
+        return qwen35.EMBED_RMS if spec.mtp_layers else 1.0
+    fan_in = ne[0]
+    if name.rsplit(".", 2)[-2] in RESIDUAL_WRITERS:
+        return LAYER_RMS * (4.0 / max(4, spec.block_count)) ** 0.5 / fan_in ** 0.5
+    return 1.0 / fan_in ** 0.5
+
+
+def _unspeakable_rows(spec: ModelSpec):
+    """The rows of ``output`` to zero: every token but the printable ASCII bytes."""
+    speakable = np.zeros(spec.n_vocab, dtype=bool)
+    speakable[sorted(t for t in SPEAKABLE_TOKENS if t < spec.n_vocab)] = True
+    return lambda start, end: ~speakable[start:end]
 
 
 def _metadata(writer, gguf, spec: ModelSpec) -> None:
     writer.add_name(spec.model_name)
     writer.add_description("random weights written by kvdiag model synth: the attention shape is the point, "
                            "not the text")
-    writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == "f16" else gguf.LlamaFileType.ALL_F32))
+    file_type = {"f16": gguf.LlamaFileType.MOSTLY_F16, "f32": gguf.LlamaFileType.ALL_F32,
+                 "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[spec.dtype]
+    writer.add_file_type(int(file_type))
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     writer.add_context_length(spec.n_ctx)
     writer.add_embedding_length(spec.embd)

@@ -48,6 +48,7 @@ subreaper) and ended when kvdiag exits (``kvdiag.proc.signals.end_descendants``)
 from __future__ import annotations
 
 import functools
+import math
 import os
 import signal as _signal
 import threading
@@ -354,8 +355,8 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     missing or not executable, and :class:`CommandInterrupted` (with ``.result``)
     after Ctrl-C. A program's failure is a result, never an exception.
     """
-    if timeout is None or timeout <= 0:
-        raise ValueError("timeout must be a positive number of seconds")
+    if timeout is None or not (math.isfinite(timeout) and timeout > 0):     # NaN compares false: no deadline
+        raise ValueError(f"timeout must be a finite positive number of seconds, not {timeout!r}")
     command = start_command(argv, log_dir=log_dir, name=name, env=env, env_overrides=env_overrides, cwd=cwd,
                             tty=tty, on_output=on_output,
                             record={"timeout_s": timeout, "kill_grace_s": kill_grace})

@@ -26,8 +26,9 @@ Security: the lock files are written (the holder's pid), so no other local user
 may choose where they point. The default root is private to the user
 (``$XDG_RUNTIME_DIR/kvdiag-locks``, else ``$KVDIAG_HOME/locks``), never a
 predictable name in a shared /tmp. Every directory of the tree is created 0700 and
-checked before use (a real directory, not a symlink, owned by the user, not
-group- or world-writable), else refused with one line. Lock files are opened with
+checked before use as kvdiag's home is (kvdiag.trust: a directory owned by the user, not
+group- or world-writable without the sticky bit, no symlink on the way owned by another
+user), else refused with one line. Lock files are opened with
 ``O_NOFOLLOW`` and mode 0600 and checked with ``fstat`` (a regular file owned by
 the user with one link) before anything is written to them: a planted symlink or
 hard link is refused and its target never touched.
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from kvdiag.errors import SlotTimeout, UnsafeLockPath
+from kvdiag.trust import trusted_dir
 
 __all__ = [
     "DEFAULT_PER_SLOT_BYTES",
@@ -77,23 +79,9 @@ def default_lock_root() -> Path:
 
 
 def private_dir(path: Path) -> Path:
-    """Create ``path`` (mode 0700) if missing and check that only this user controls it."""
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.lstat(path)
-    except OSError as exc:
-        raise UnsafeLockPath(f"lock directory {path} cannot be used: {exc.strerror}") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafeLockPath(f"refusing lock directory {path}: it is a symlink")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeLockPath(f"refusing lock directory {path}: it is not a directory")
-    if st.st_uid != os.getuid():
-        raise UnsafeLockPath(f"refusing lock directory {path}: owned by uid {st.st_uid}, not by you "
-                             f"(uid {os.getuid()}); set KVDIAG_LOCK_DIR to a folder of your own")
-    if st.st_mode & 0o022:
-        raise UnsafeLockPath(f"refusing lock directory {path}: it is group- or world-writable "
-                             f"(mode {stat.S_IMODE(st.st_mode):o})")
-    return path
+    """Create ``path`` (mode 0700) if missing and check that only this user controls it
+    (kvdiag.trust: the one check of the home's folders and the lock folders)."""
+    return trusted_dir(path, "lock directory", "set KVDIAG_LOCK_DIR to a folder of your own", UnsafeLockPath)
 
 
 def _open_lock(path: Path, flags: int) -> int:

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from kvdiag.exitcodes import ExitCode
 from kvdiag.records.ranges import RangeEvidence
+from kvdiag.records.rates import Rate
 
 __all__ = ["Attempt", "Evidence", "Outcome", "Verdict", "aggregate"]
 
@@ -127,12 +128,22 @@ class Outcome:
     def k_of_n(self) -> str:
         return f"{self.k}/{self.n}" if self.n else "-"
 
+    @property
+    def rate(self) -> Rate | None:
+        """How often the defect showed over the runs that were judged (confirmed or not-reproduced),
+        with its interval; None for a single run, where an interval says nothing useful."""
+        judged = [a for a in self.attempts if a.verdict in (Verdict.CONFIRMED, Verdict.NOT_REPRODUCED)]
+        if len(self.attempts) < 2 or not judged:
+            return None
+        return Rate(k=self.k, n=len(judged))
+
     def to_dict(self) -> dict[str, Any]:
         data = {
             "entry": self.entry_id, "verdict": self.verdict.value, "reason": self.reason,
             "k": self.k, "n": self.n, "step": self.step, "warnings": list(self.warnings),
             "duration_s": round(self.duration_s, 3),
             "attempts": [a.to_dict() for a in self.attempts], "extra": _plain(dict(self.extra)),
+            **({"rate": self.rate.to_dict()} if self.rate else {}),
         }
         if self.range is not None:
             data["range"] = self.range.to_dict()

@@ -36,8 +36,13 @@ class Matcher:
     status: str = "FAIL"             # case
     metric: str | None = None        # case
     min_value: float | None = None   # case
-    pattern: str | None = None       # output
-    stream: str = "combined"         # output
+    pattern: str | None = None       # output, relative (with a `value` group)
+    stream: str = "combined"         # output, relative
+    arm: str | None = None           # relative: the comparison arm's step
+    ratio_min: float | None = None   # relative
+    difference_min: float | None = None  # relative
+    unit: str = ""                   # relative: for the text
+    pick: str = "max"                # relative: which of several matching lines counts
     signal: str | None = None        # exit
     code: int | None = None          # exit
 

@@ -9,6 +9,7 @@ their file names.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -31,6 +32,7 @@ MATCHER_KEYS = {
     "output": {"pattern", "stream"},
     "exit": {"signal", "code"},
     "stale": set(),
+    "relative": {"pattern", "stream", "arm", "ratio_min", "difference_min", "unit", "pick"},
 }
 COMMON_MATCHER_KEYS = {"type", "step"}
 
@@ -95,6 +97,8 @@ def _check_value(value: Any, spec: schema.Key) -> str | None:
     elif kind == "float":
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             return "must be a number"
+        if not math.isfinite(value):                # TOML has nan and inf
+            return f"must be a finite number, not {value}"
     elif kind == "bool":
         if not isinstance(value, bool):
             return "must be true or false"
@@ -143,24 +147,33 @@ def _check_value(value: Any, spec: schema.Key) -> str | None:
     return None
 
 
-SITE_KEYS = {"file": str, "line": int, "holds": str, "commit": str}
+SITE_KEYS = {"file": str, "holds": str, "anchor": str, "at": dict, "line": int, "commit": str}
+SITE_REQUIRED = ("file", "holds")
 
 
 def _check_sites(value: Any) -> str | None:
-    """`location.sites`: each {file, line, holds} (commit optional), so `registry verify` can check it."""
+    """`location.sites`: each {file, holds} with an optional `anchor` and `at` record (the older
+    `line` + `commit` still read as one record), so `registry verify` can find it again."""
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        return "must be an array of tables {file, line, holds, commit}"
+        return "must be an array of tables {file, holds, anchor, at} ([[location.sites]])"
     for i, site in enumerate(value):
         unknown = sorted(set(site) - set(SITE_KEYS))
         if unknown:
             return f"[{i}]: invalid key {', '.join(unknown)} (known: {', '.join(SITE_KEYS)})"
+        missing = [key for key in SITE_REQUIRED if key not in site]
+        if missing:
+            return f"[{i}]: required key {missing[0]} is missing"
         for key, typ in SITE_KEYS.items():
-            if key != "commit" and key not in site:
-                return f"[{i}]: required key {key} is missing"
             if key in site and (not isinstance(site[key], typ) or isinstance(site[key], bool)):
-                return f"[{i}].{key}: must be {'an integer' if typ is int else 'a string'}"
-        if not site["holds"].strip():
-            return f"[{i}].holds: must name the text the line holds"
+                kind = {int: "an integer", dict: "a table of commit = line"}.get(typ, "a string")
+                return f"[{i}].{key}: must be {kind}"
+        for key in ("holds", "anchor"):
+            if key in site and not site[key].strip():
+                return f"[{i}].{key}: must name the text the line holds"
+        bad = [c for c, line in site.get("at", {}).items()
+               if not isinstance(line, int) or isinstance(line, bool) or line < 1]
+        if bad:
+            return f"[{i}].at.{bad[0]}: must be a line number (1 or more)"
     return None
 
 
@@ -204,6 +217,8 @@ def _lint_consistency(raw: RawEntry, add) -> None:
         _lint_step(step, f"repro[{i}]", step_binaries, add)
     for i, matcher in enumerate(data.get("signature", [])):
         _lint_matcher(matcher, f"signature[{i}]", step_names, add)
+        if matcher["type"] == "relative":
+            _lint_relative(matcher, f"signature[{i}]", {s["name"]: s for s in steps}, data.get("scan"), add)
     signed = {m.get("step") for m in data.get("signature", [])}
     for i, step in enumerate(steps):
         arm = step.get("compare_with")
@@ -267,6 +282,9 @@ def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> Non
     for name, value in step.get("cmake_defines", {}).items():
         if not isinstance(value, str):
             add(f"{where}.cmake_defines.{name}", "must be a string, as on a cmake -D command line")
+    for key in ("timeout", "expected_seconds"):
+        if isinstance(step.get(key), (int, float)) and not step[key] > 0:
+            add(f"{where}.{key}", f"a time must be above 0 seconds (got {step[key]})")
     if step["kind"] != "backend-ops" and "min_cases" in step:
         add(f"{where}.min_cases", "only backend-ops steps count cases")
     if "sanitizer_options" in step and "sanitizer" not in step:
@@ -314,18 +332,56 @@ def _lint_matcher(matcher: dict[str, Any], where: str, step_names: list[str], ad
         add(where, "an exit matcher needs exactly one of signal or code")
 
 
+def files_by_id(raws: Iterable[RawEntry]) -> dict[str, list[Path]]:
+    """Every id the files claim (``defect.id``), with the files that claim it, in load order."""
+    claimed: dict[str, list[Path]] = {}
+    for raw in raws:
+        entry_id = _defect(raw).get("id")
+        if isinstance(entry_id, str):
+            claimed.setdefault(entry_id, []).append(raw.path)
+    return claimed
+
+
+def _lint_relative(matcher: dict[str, Any], where: str, steps: dict[str, dict[str, Any]],
+                   scan: dict[str, Any] | None, add) -> None:
+    """A relative matcher compares a figure of its step with the same figure of that step's
+    comparison arm: the step, the arm, the captured number and a usable threshold must all exist."""
+    step = steps.get(matcher.get("step", ""))
+    if "step" not in matcher:
+        add(where, "a relative matcher needs the step it judges (`step`)")
+    elif step is not None:
+        if step["kind"] not in ("backend-ops", "command", "server"):
+            add(f"{where}.step", f"a {step['kind']} step runs no comparison arm")
+        if scan and scan.get("step") == step["name"]:
+            add(f"{where}.step", "the scan step judges each case alone, without a comparison arm")
+        if matcher.get("arm") in steps and step.get("compare_with") != matcher["arm"]:
+            add(f"{where}.arm", f"step {step['name']!r} compares with "
+                                f"{step.get('compare_with')!r}, not {matcher['arm']!r} (`compare_with` runs the arm)")
+    if "arm" not in matcher:
+        add(where, "a relative matcher needs `arm`, the comparison arm's step")
+    elif matcher["arm"] not in steps:
+        add(f"{where}.arm", f"no repro step named {matcher['arm']!r}")
+    pattern = matcher.get("pattern")
+    if pattern is None:
+        add(where, "a relative matcher needs a pattern with a named group `value` (the number)")
+    elif _check_regex(pattern) is None and "value" not in re.compile(pattern).groupindex:
+        add(f"{where}.pattern", "has no named group `value`: write the number as (?P<value>...)")
+    thresholds = [k for k in ("ratio_min", "difference_min") if k in matcher]
+    if len(thresholds) != 1:
+        add(where, "a relative matcher needs exactly one of ratio_min or difference_min")
+    for key in thresholds:     # the schema's float check already refused what is not a finite number
+        if matcher[key] <= 0:
+            add(f"{where}.{key}", f"must be a finite positive number, not {matcher[key]!r}")
+
+
 def lint_registry_wide(raws: Iterable[RawEntry]) -> list[Problem]:
     """Problems that involve several files: duplicate ids, dangling related ids."""
     problems: list[Problem] = []
-    seen: dict[str, Path] = {}
     raws = list(raws)
-    for raw in raws:
-        entry_id = _defect(raw).get("id")
-        if not isinstance(entry_id, str):
-            continue
-        if entry_id in seen:
-            problems.append(Problem(raw.path.name, "defect.id", f"duplicate id {entry_id!r} (also {seen[entry_id].name})"))
-        seen.setdefault(entry_id, raw.path)
+    seen = files_by_id(raws)
+    for entry_id, files in seen.items():
+        problems += [Problem(f.name, "defect.id", f"duplicate id {entry_id!r} (also {files[0].name})")
+                     for f in files[1:]]
     for raw in raws:
         related = _defect(raw).get("related", [])
         for rel in related if isinstance(related, list) else []:

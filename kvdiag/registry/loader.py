@@ -16,7 +16,7 @@ from kvdiag import resources
 from kvdiag.errors import DataError, UsageError
 from kvdiag.registry.entry import Entry, Matcher, Step
 from kvdiag.registry.sections import Applies, DriftSpec, Requires, ScanSpec, from_table
-from kvdiag.registry.lint import lint_raw, lint_registry_wide
+from kvdiag.registry.lint import files_by_id, lint_raw, lint_registry_wide
 from kvdiag.registry.raw import Problem, RawEntry, read_raw
 
 ENTRY_GLOB = "D*.md"
@@ -129,12 +129,24 @@ def _build_step(s: dict[str, Any]) -> Step:
     )
 
 
+def _refuse_duplicates(root: Path, raws: list[RawEntry]) -> None:
+    for entry_id, files in files_by_id(raws).items():
+        if len(files) > 1:
+            names = [f.name for f in files]
+            raise DataError(f"the registry {root} has {len(names)} entries with id {entry_id!r}: "
+                            f"{', '.join(names[:-1])} and {names[-1]} (`kvdiag registry lint` lists every problem)")
+
+
 def entry_files(root: Path) -> list[Path]:
     return sorted(root.glob(ENTRY_GLOB), key=lambda p: (len(p.stem), p.stem))
 
 
-def load_registry(root: Path | None = None) -> Registry:
-    """Load every entry; bad files become problems, never exceptions."""
+def load_registry(root: Path | None = None, *, refuse_duplicates: bool = True) -> Registry:
+    """Load every entry; bad files become problems, never exceptions.
+
+    One exception: two files that claim one id. Which of them `show D1` or `run D1`
+    would mean is a guess, so the registry is refused (a DataError naming the files);
+    `registry lint` loads it with ``refuse_duplicates=False`` to list every problem."""
     root = registry_root(root)
     if not root.is_dir():
         raise UsageError(f"registry folder not found: {root}")
@@ -152,6 +164,8 @@ def load_registry(root: Path | None = None) -> Registry:
         problems.extend(found)
         if not found:
             entries.append(build_entry(raw))
+    if refuse_duplicates:
+        _refuse_duplicates(root, raws)
     problems.extend(lint_registry_wide(raws))
     entries.sort(key=lambda e: e.number)
     return Registry(entries=tuple(entries), problems=tuple(problems), root=root)

@@ -84,14 +84,14 @@ def entry_to_osv(entry: Entry) -> dict[str, Any]:
     }
 
 
-def write_osv_database(records: Iterable[dict[str, Any]], directory: Path) -> list[Path]:
-    """One ``<id>.json`` per record under ``directory`` (created), each written atomically."""
+def write_osv_database(records: Iterable[dict[str, Any]], directory: Path) -> list[tuple[Path, Path]]:
+    """One ``<id>.json`` per record under ``directory`` (created), each written atomically;
+    (the path, the file written) for each: they differ where the path is a symlink."""
     from kvdiag.fileio import write_atomic
 
     directory = Path(directory)
     written = []
     for record in records:
         path = directory / f"{record['id']}.json"
-        write_atomic(path, json.dumps(record, indent=2) + "\n")
-        written.append(path)
+        written.append((path, write_atomic(path, json.dumps(record, indent=2) + "\n")))
     return written

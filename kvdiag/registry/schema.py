@@ -42,7 +42,8 @@ STATUSES = ("open", "fix-pending", "fixed", "historical", "not-planned", "unconf
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 REFERENCE_TYPES = ("REPORT", "FIX", "EVIDENCE", "ARTICLE", "WEB", "PACKAGE", "SEED")
 STEP_KINDS = ("backend-ops", "command", "build-check", "server", "compile")
-SIGNATURE_TYPES = ("sanitizer", "abort", "case", "output", "exit", "stale")
+SIGNATURE_TYPES = ("sanitizer", "abort", "case", "output", "exit", "stale", "relative")
+RELATIVE_PICKS = ("max", "min", "first", "last")
 FINDING_KINDS = (
     "barrier-divergence", "invalid-read", "invalid-write", "misaligned-access",
     "out-of-bounds", "race-hazard", "uninitialized-access", "api-error", "other",
@@ -96,9 +97,9 @@ LOCATION = Section(
         "functions": Key("list[str]"),
         "lines": _s("Line or ranges at the commit the entry was written against."),
         "commit": _s("The commit the lines refer to."),
-        "sites": Key("list[table]", doc="Checked line sites: {file, line, holds, commit}; `kvdiag registry "
-                                        "verify` reports a site whose line no longer holds the text `holds` "
-                                        "and where that text is now."),
+        "sites": Key("list[table]", doc="Sites found by their context ([[location.sites]]: file, holds, "
+                                        "anchor, at): `kvdiag registry verify` names the line each is at in a "
+                                        "tree, or says it is ambiguous (listing the candidates) or not found."),
     },
 )
 
@@ -171,9 +172,16 @@ SIGNATURE = Section(
         "status": _s(enum=CASE_STATUSES),
         "metric": _s("ERR, NMSE or MAA."),
         "min_value": Key("float"),
-        # output
-        "pattern": Key("regex", doc="Over the named stream."),
+        # output, relative
+        "pattern": Key("regex", doc="Over the named stream (relative: with a named group `value`, the number)."),
         "stream": _s(enum=("stdout", "stderr", "combined", "sanitizer")),
+        # relative
+        "arm": _s("relative: the comparison arm (the judged step's `compare_with`) whose figure is the baseline."),
+        "ratio_min": Key("float", doc="relative: least ratio defect-arm figure / comparison-arm figure."),
+        "difference_min": Key("float", doc="relative: least difference defect-arm figure - comparison-arm figure."),
+        "unit": _s("relative: the figure's unit, for the verdict's text (e.g. MiB)."),
+        "pick": _s("relative: which figure counts when an arm prints several matching lines (default max).",
+                   enum=RELATIVE_PICKS),
         # exit
         "signal": _s(enum=SIGNALS),
         "code": Key("int"),

@@ -1,7 +1,7 @@
 """`kvdiag registry verify`: every fact an entry names about a tree, checked against one.
 
-An entry names files, tests, CMake options, binaries, functions and line sites of
-the tree it was written against. A fact nobody checked against a fork is how a
+An entry names files, tests, CMake options, binaries, functions and sites (found
+again by their context, `target.sites`) of the tree it was written against. A fact nobody checked against a fork is how a
 false not-applicable ships (a test re-languaged from .cpp to .py, registered with
 CTest under the same name, declared absent). This module asks `target.tree` for
 each fact and reports every mismatch by entry and key, like the linter.
@@ -22,6 +22,8 @@ from typing import Iterable
 
 from kvdiag.registry.entry import Entry
 from kvdiag.registry.raw import Problem as Mismatch   # file: key: message, as the linter prints
+from kvdiag.target import sites
+from kvdiag.target.sites import Placement, SiteSpec
 from kvdiag.target.tree import ABSENT, FOUND, UNKNOWN, Answer, Tree
 
 _CTEST_NAME = re.compile(r"^\^?([A-Za-z0-9_.+-]+)\$?$")
@@ -37,11 +39,14 @@ class EntryFacts:
     mismatches: list[Mismatch] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)       # "key: why it could not be checked"
     other_tree: str | None = None                           # why the entry is about another tree
+    sites: list["SitePlace"] = field(default_factory=list)  # where each site is in this tree
+    states: dict[str, str] = field(default_factory=dict)    # every fact asked: key -> found | absent | unknown
 
     def to_dict(self) -> dict:
         return {"entry": self.entry_id, "checked": self.checked, "other_tree": self.other_tree,
+                "facts": dict(self.states),
                 "mismatches": [{"key": m.key, "message": m.message} for m in self.mismatches],
-                "unknown": list(self.unknown)}
+                "unknown": list(self.unknown), "sites": [s.to_dict() for s in self.sites]}
 
 
 def detection_facts(entry: Entry, tree: Tree) -> list[tuple[str, Answer]]:
@@ -59,14 +64,14 @@ def detection_facts(entry: Entry, tree: Tree) -> list[tuple[str, Answer]]:
     return out
 
 
-def _other_facts(entry: Entry, tree: Tree) -> Iterable[tuple[str, Answer]]:
+def _other_facts(entry: Entry, tree: Tree, report: "EntryFacts") -> Iterable[tuple[str, Answer]]:
     location = entry.location
     files = tuple(location.get("files", ()))
     for i, rel in enumerate(files):
         yield f"location.files[{i}]", tree.file(rel)
     for i, name in enumerate(location.get("functions", ())):
         yield f"location.functions[{i}]", tree.function(name, files)
-    yield from _site_facts(location.get("sites", ()), tree)
+    yield from _site_facts(entry, tree, report)
     for option in entry.applies.cmake_values:
         yield f"applies.cmake_values.{option}", tree.option(option)
     for i, name in enumerate(entry.requires.binaries):
@@ -80,29 +85,51 @@ def _other_facts(entry: Entry, tree: Tree) -> Iterable[tuple[str, Answer]]:
             yield f"signature[{i}].site", _file_named(tree, name)
 
 
-def _site_facts(sites, tree: Tree) -> Iterable[tuple[str, Answer]]:
-    """A file's sites, grouped by the commit they were recorded at: the group of the tree's own commit
-    must hold; with the commit unknown (a plain folder) or not recorded, some group must hold in full.
-    Otherwise every failing site is reported with where its text is now."""
-    by_file: dict[str, dict[str, list[tuple[int, dict]]]] = {}
-    for i, site in enumerate(sites):
-        by_file.setdefault(site["file"], {}).setdefault(site.get("commit", ""), []).append((i, site))
-    for rel, groups in by_file.items():
-        mine = [c for c in groups if tree.commit and c and (tree.commit.startswith(c) or c.startswith(tree.commit))]
-        judged = {c: [(i, s, tree.site(rel, s["line"], s["holds"])) for i, s in groups[c]] for c in (mine or groups)}
-        if all(a.state == UNKNOWN for rows in judged.values() for _, _, a in rows):
-            yield f"location.sites[{next(iter(judged.values()))[0][0]}]", next(iter(judged.values()))[0][2]
+def site_specs(entry: Entry) -> list[SiteSpec]:
+    """The entry's `location.sites`, read."""
+    return [SiteSpec.from_table(t) for t in (entry.location or {}).get("sites", ())]
+
+
+def _site_facts(entry: Entry, tree: Tree, report: "EntryFacts") -> Iterable[tuple[str, Answer]]:
+    """Each site placed in this tree by its context (never by the nearest line number): found at
+    one line (kept in ``report.sites``), or ambiguous, not found, or in conflict with the line
+    recorded for this commit, which are mismatches."""
+    for i, spec in enumerate(site_specs(entry)):
+        key = f"location.sites[{i}]"
+        placement = tree.place(spec)
+        if placement.state == sites.UNPLACED:
+            yield key, Answer(UNKNOWN, placement.detail)
             continue
-        holding = next((rows for rows in judged.values() if all(a.found for _, _, a in rows)), None)
-        if holding is not None:
-            for i, _, answer in holding:
-                yield f"location.sites[{i}]", answer
+        report.sites.append(SitePlace(key, spec, placement))
+        if placement.state == sites.FOUND:
+            yield key, Answer(FOUND, f"{placement.at} ({placement.how})")
             continue
-        for rows in judged.values():
-            for i, site, answer in rows:
-                if not answer.found:
-                    at = f" (recorded at {site['commit']})" if site.get("commit") else ""
-                    yield f"location.sites[{i}]", Answer(ABSENT, answer.detail + at, answer.instead)
+        recorded = f" (recorded: {spec.recorded()})" if spec.at and placement.state != sites.CONFLICT else ""
+        yield key, Answer(ABSENT, f"{spec.file}: {spec.describe()}: {placement.detail}{recorded}")
+
+
+@dataclass(frozen=True)
+class SitePlace:
+    """Where one site of the entry is in this tree."""
+
+    key: str
+    spec: SiteSpec
+    placement: Placement
+
+    @property
+    def unrecorded(self) -> bool:
+        """Found, at a line no record of this tree's commit names: what a reader wants told."""
+        return self.placement.state == sites.FOUND and self.placement.recorded is None
+
+    def describe(self) -> str:
+        p = self.placement
+        seen = f"; recorded: {self.spec.recorded()}" if self.spec.at else ""
+        return f"at {p.at}, found {p.how} ({self.spec.describe()}{seen})"
+
+    def to_dict(self) -> dict:
+        p = self.placement
+        return {"key": self.key, "state": p.state, "file": p.file, "line": p.line, "how": p.how,
+                "recorded_line": p.recorded, "detail": p.detail}
 
 
 def ctest_names(commands) -> list[str]:
@@ -143,8 +170,10 @@ def verify_entry(entry: Entry, tree: Tree) -> EntryFacts:
     if checked and all(a.state == ABSENT and not a.instead for _, a in checked):
         report.other_tree = "; ".join(f"{k}: {a.detail}" for k, a in checked)
         report.checked = len(checked)
+        report.states = {k: a.state for k, a in checked}
         return report
-    for key, answer in [*detection, *_other_facts(entry, tree)]:
+    for key, answer in [*detection, *_other_facts(entry, tree, report)]:
+        report.states[key] = answer.state
         if answer.state == UNKNOWN:
             report.unknown.append(f"{key}: {answer.detail}")
             continue

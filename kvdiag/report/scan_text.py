@@ -1,28 +1,51 @@
-"""`kvdiag scan`'s text: every case's verdict, the sites and instantiations hit, the counts."""
+"""`kvdiag scan`'s text: every case's verdict, the sites and instantiations hit, the counts.
+
+It reads the scan as saved (`ScanResult.to_dict()`, a scan file), so a scan printed
+as it ends and a merged scan of several shards (`kvdiag merge`) read the same.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Mapping
 
 from tabulate import tabulate
 
 from kvdiag.engine.scan import ScanResult
-from kvdiag.engine.verdict import Verdict
 from kvdiag.report.templating import render
 
 
 def render_scan(result: ScanResult, run_dir: Path) -> str:
-    rows = []
-    for params, attempt in sorted(result.results.items(), key=lambda kv: (kv[1].verdict.value, kv[0])):
-        ev = attempt.evidence
-        rows.append((attempt.verdict.value, ev.error_count if ev.error_count is not None else "-",
-                     ", ".join(s["site"] for s in ev.sites[:2]) or "-", f"{attempt.duration_s:.1f}", params))
-    counts = {v.value: len(result.by_verdict(v)) for v in Verdict}
+    return render_scan_data(result.to_dict(), f"run: {run_dir}")
+
+
+def _shard_line(d: Mapping[str, Any]) -> str:
+    if d.get("shard"):
+        origin = d.get("shard_from") or {}
+        named = ", ".join(f"{k}={v}" for k, v in (origin.get("variables") or {}).items())
+        return (f"shard {d['shard']}: {len(d['cases']) + len(d.get('not_run') or [])} of the "
+                f"{len(d.get('selection') or [])} selected case(s), dealt by name"
+                + (f" (from {origin.get('engine')}: {named})" if origin else ""))
+    parts = d.get("merged_from") or []
+    if parts:
+        return f"merged from {len(parts)} shard(s): " + ", ".join(
+            f"{p['shard']} ({p['cases']} case(s){', ' + p['host'] if p.get('host') else ''})" for p in parts)
+    return ""
+
+
+def render_scan_data(d: Mapping[str, Any], where: str) -> str:
+    """The scan ``d`` as text; ``where`` is its last line (its run folder, or the merged file)."""
+    cases = d["cases"]
+    rows = [(c["verdict"], c["error_count"] if c.get("error_count") is not None else "-",
+             ", ".join((c.get("sites") or [])[:2]) or "-", f"{c.get('duration_s') or 0:.1f}", params)
+            for params, c in sorted(cases.items(), key=lambda kv: (kv[1]["verdict"], kv[0]))]
+    counts = d["counts"]
     other = sum(n for k, n in counts.items() if k not in ("confirmed", "not-reproduced", "inconclusive"))
     per_device = [f"GPU {k}: {v['cases']} case(s), {v['affected']} affected, {v['case_s']:.1f} s of case time"
-                  for k, v in result.per_device().items()]
-    return render("scan.txt.j2", r=result, table=tabulate(rows, headers=["verdict", "errors", "site", "s", "case"]),
-                  per_device=per_device,
-                  again_reasons=list(dict.fromkeys(b["why_again"] for b in result.batches if b["why_again"])),
-                  counts=counts, other=other, sites=list(result.sites().values()), insts=result.instantiations(),
-                  run_dir=run_dir)
+                  for k, v in (d.get("devices") or {}).items()]
+    return render("scan.txt.j2", d=d, table=tabulate(rows, headers=["verdict", "errors", "site", "s", "case"]),
+                  supported=len(cases) + len(d.get("not_run") or []), per_device=per_device,
+                  shard_line=_shard_line(d),
+                  again_reasons=list(dict.fromkeys(b["why_again"] for b in d.get("batches") or [] if b["why_again"])),
+                  counts=counts, other=other, where=where,
+                  inconclusive_reasons=[c["reason"] for c in cases.values() if c["verdict"] == "inconclusive"])

@@ -22,6 +22,7 @@ from kvdiag.registry.entry import Entry
 from kvdiag.report.formats import entry_view, primary_attempt
 from kvdiag.report.formats.markdown import MARKDOWN_HELPERS, fingerprint_rows, human_time
 from kvdiag.report.templating import render
+from kvdiag.report.where import where
 from kvdiag.store.runs import RunDir, RunStore
 from kvdiag.store.sweeps import target_summary
 
@@ -91,9 +92,7 @@ def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: st
     attempt = primary_attempt(outcome)
     references = [{"type": r.get("type") or "WEB", "url": r["url"], "note": r.get("note")}
                   for r in entry.references if r.get("url")]
-    loc = entry.location or {}
-    location = {"component": loc.get("component"), "files": list(loc.get("files") or ()),
-                "functions": list(loc.get("functions") or ()), "lines": loc.get("lines")} if loc else {}
+    location = where(entry, data.get("target"), raw.get("extra"))
     return render(
         "report.md.j2", entry=entry, o=outcome, v=view, t=t, build_rows=build_rows, env_rows=env_rows,
         command=exact_command(outcome), reproduce=reproduce_command(entry, data), run_id=run_id,

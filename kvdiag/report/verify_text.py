@@ -48,6 +48,10 @@ def render_report(report: VerifyReport) -> str:
     lines.append("")
     lines.append(f"conclusion: {report.headline or report.conclusion.value}")
     lines.append(f"  {report.explanation}")
+    if report.rates:
+        lines.append(f"rates: {report.rates.text}")
+        lines.append(f"  before, the runs rule out {report.rates.before.excludes}; after, "
+                     f"{report.rates.after.excludes}")
     if report.status_unchanged:
         lines.append(f"source tree: untouched (git status --porcelain of {report.source} identical before and after)")
     else:

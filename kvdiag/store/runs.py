@@ -38,9 +38,9 @@ _sequence = 0
 _open_runs: dict[Path, "RunDir"] = {}
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any) -> Path:
     """Write JSON so that a reader sees the old file or the new one, never half of one."""
-    write_json(path, data)
+    return write_json(path, data)
 
 
 def _boot_id() -> str | None:
@@ -214,11 +214,14 @@ class RunStore:
     """All runs under a home directory, oldest first."""
 
     def __init__(self, home: Path):
-        self.root = home / "runs"
+        self.home = Path(home)
+        self.root = self.home / "runs"
 
     def create(self, label: str) -> RunDir:
-        path = self.root / new_run_id(label)
-        path.mkdir(parents=True, exist_ok=False)
+        from kvdiag.home import home_folder
+
+        path = home_folder(self.home, "runs") / new_run_id(label)
+        path.mkdir(exist_ok=False)
         return RunDir(path)
 
     def all_dirs(self) -> list[RunDir]:

@@ -8,9 +8,11 @@ kvdiag 0.1.x wrote format /1, without `sources`; it is read as it is. Formatters
 objects, so a sweep saved on the GPU machine renders the same anywhere later.
 
 Shards: `kvdiag sweep --shard i/n` runs a deterministic part of a selection
-(see `kvdiag.engine.sweep.shard_entries`); each shard records the whole
-`selection`, so `merge_sweeps` can prove that shards 1..n of one selection, of
-one target, together cover every entry exactly once.
+(see `kvdiag.engine.sweep.shard_entries`; `--shard auto` takes i/n from a job
+engine, `kvdiag.shards`, and `shard_from` records which, with its variables);
+each shard records the whole `selection`, so `merge_sweeps` can prove that
+shards 1..n of one selection, of one target, together cover every entry exactly
+once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, read_json
 from kvdiag.records.sweep import SweepOutcome
 from kvdiag.records.verdict import Outcome, Verdict
+from kvdiag.shards import Part, complete_split, parse_shard
 from kvdiag.store.runs import write_json_atomic
 
 #: the version written; /2 adds each outcome's ``sources`` (its files as paths of the swept tree)
@@ -39,17 +42,6 @@ def entry_sort_key(entry_id: str) -> tuple:
     """Natural order of ids: D2 before D10 (the order sweeps, shards and reports use)."""
     parts = _NATURAL.split(entry_id.upper())
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"2/4"`` -> (2, 4); a UsageError for anything that is not 1 <= i <= n."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
-    if not match:
-        raise UsageError(f"a shard is written i/n (e.g. 2/4), got {text!r}")
-    index, count = int(match.group(1)), int(match.group(2))
-    if count < 1 or not 1 <= index <= count:
-        raise UsageError(f"shard {text!r} is out of range: i/n needs 1 <= i <= n")
-    return index, count
 
 
 def shard_ids(ids: Sequence[str], shard: str | None) -> list[str]:
@@ -80,6 +72,7 @@ class Sweep:
     kvdiag_version: str
     selection: Sequence[str] = ()      # every id of the sweep's selection, before sharding
     interrupted: bool = False          # Ctrl-C: the outcomes are those that finished
+    shard_from: Mapping[str, Any] | None = None   # --shard auto: the job engine and the variables it set
 
     def __post_init__(self) -> None:
         # Outcomes given as saved (mappings) are read through the one reader, so `outcomes` always holds
@@ -113,6 +106,7 @@ class Sweep:
             "started_at": self.started_at,
             "wall_s": round(float(self.wall_s), 3),
             "shard": self.shard,
+            "shard_from": dict(self.shard_from) if self.shard_from else None,
             "selection": list(self.selection),
             "interrupted": self.interrupted,
             "target": self.target,
@@ -139,7 +133,8 @@ class Sweep:
                    wall_s=float(data.get("wall_s") or 0.0), shard=data.get("shard"),
                    kvdiag_version=str(data.get("kvdiag_version", "?")),
                    selection=list(data.get("selection") or [o.entry_id for o in typed]),
-                   interrupted=bool(data.get("interrupted", False)))
+                   interrupted=bool(data.get("interrupted", False)),
+                   shard_from=data.get("shard_from") if isinstance(data.get("shard_from"), Mapping) else None)
 
 
 def sweep_outcome(outcome: Outcome, *, title: str, run_dir: str | None,
@@ -170,10 +165,10 @@ def check_sweep_path(path: Path) -> None:
 
 def save_sweep(sweep: Sweep, path: Path) -> Path:
     """Save ``sweep`` (with its ``sources`` resolved, see `with_sources`) atomically: a temporary
-    file, then a rename over the old one; only onto a regular file or a new path."""
+    file, then a rename over the old one; only onto a regular file or a new path. Returns the
+    file written (a symlink's target: see kvdiag.fileio)."""
     check_sweep_path(Path(path))
-    write_json_atomic(Path(path), with_sources(sweep).to_dict())
-    return Path(path)
+    return write_json_atomic(Path(path), with_sources(sweep).to_dict())
 
 
 def load_sweep(path: Path) -> Sweep:
@@ -283,16 +278,22 @@ def target_summary(target: Mapping[str, Any] | None) -> TargetSummary:
 
 
 def _staleness_text(staleness: Mapping[str, Any] | None) -> str:
+    """The build's currency in one cell, from the one record D13's verdict reads: "current" only
+    when the record carries the control's proof (records of kvdiag before the proof say so)."""
     if not staleness:
-        return "not checked"
+        return "not checked: no record"
     if not staleness.get("checked"):
-        return f"not checked ({staleness.get('detail') or 'no reason given'})"
+        return f"not checked: {staleness.get('detail') or 'no reason given'}"
     tool = staleness.get("tool") or "dry run"
     if staleness.get("stale"):
         return f"STALE: {staleness.get('pending_count', '?')} build step(s) pending ({tool})"
     if staleness.get("stale") is None:
         return f"unknown ({tool}: {staleness.get('detail') or 'no detail'})"
-    return f"current with its sources ({tool})"
+    if "proof" not in staleness:
+        return f"current with its sources ({tool}; recorded before its control was kept)"
+    if not staleness.get("proof"):
+        return "not checked: no staleness control proved the dry run on this machine"
+    return f"current with its sources ({tool}; its control passed on this machine)"
 
 
 # --------------------------------------------------------------------------- merging shards
@@ -309,33 +310,11 @@ def merge_sweeps(sweeps: Sequence[Sweep]) -> Sweep:
     sweeps = list(sweeps)
     if not sweeps:
         raise UsageError("nothing to merge: give the shards' sweep files")
-    shards = []
-    for i, s in enumerate(sweeps, start=1):
-        if not s.shard:
-            raise UsageError(f"sweep #{i} (started {s.started_at}) is not a shard: merge takes the files of "
-                             f"`kvdiag sweep --shard i/n`")
-        shards.append(parse_shard(s.shard))
-    counts = {n for _, n in shards}
-    if len(counts) != 1:
-        raise UsageError(f"the shards split the selection differently: {', '.join(s.shard for s in sweeps)}")
-    count = counts.pop()
-    indexes = [i for i, _ in shards]
-    repeated = sorted({i for i in indexes if indexes.count(i) > 1})
-    if repeated:
-        raise UsageError(f"shard(s) {', '.join(f'{i}/{count}' for i in repeated)} given more than once")
-    missing = sorted(set(range(1, count + 1)) - set(indexes))
-    if missing:
-        raise UsageError(f"incomplete: shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing")
-    interrupted = [s.shard for s in sweeps if s.interrupted]
-    if interrupted:
-        raise UsageError(f"shard(s) {', '.join(interrupted)} were interrupted: run them again before merging")
+    complete_split([Part(s.shard, s.interrupted, f"sweep #{i} (started {s.started_at})")
+                    for i, s in enumerate(sweeps, start=1)], "kvdiag sweep", "the selection")
     first = sweeps[0]
-    base = target_identity(first.target)
     for s in sweeps[1:]:
-        other = target_identity(s.target)
-        if other != base:
-            diff = ", ".join(f"{k}: {base[k]!r} vs {other[k]!r}" for k in base if base[k] != other[k])
-            raise UsageError(f"shards {first.shard} and {s.shard} ran against different targets ({diff})")
+        check_same_target(f"shards {first.shard} and {s.shard}", first.target, s.target)
         if sorted(s.selection, key=entry_sort_key) != sorted(first.selection, key=entry_sort_key):
             raise UsageError(f"shards {first.shard} and {s.shard} come from different selections of entries")
     seen: dict[str, str] = {}
@@ -355,8 +334,16 @@ def merge_sweeps(sweeps: Sequence[Sweep]) -> Sweep:
         started_at, wall_s = begin.isoformat(), end - begin.timestamp()
     else:
         started_at, wall_s = min(s.started_at for s in sweeps), max(s.wall_s for s in sweeps)
-    return replace(first, outcomes=outcomes, started_at=started_at, wall_s=wall_s, shard=None,
+    return replace(first, outcomes=outcomes, started_at=started_at, wall_s=wall_s, shard=None, shard_from=None,
                    selection=sorted(first.selection, key=entry_sort_key), interrupted=False)
+
+
+def check_same_target(pair: str, first: Mapping[str, Any], other: Mapping[str, Any]) -> None:
+    """A UsageError naming what differs when two parts' targets are not one (`target_identity`)."""
+    base, theirs = target_identity(first or {}), target_identity(other or {})
+    if base != theirs:
+        diff = ", ".join(f"{k}: {base[k]!r} vs {theirs[k]!r}" for k in base if base[k] != theirs[k])
+        raise UsageError(f"{pair} ran against different targets ({diff})")
 
 
 def _parse_time(text: str) -> datetime | None:

@@ -47,6 +47,14 @@ class BackendOpsInfo:
             "help_text": self.help_text,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BackendOpsInfo":
+        """The record :meth:`to_dict` wrote: the memo's cached form of a probe."""
+        return cls(path=Path(data["path"]), help_text=str(data["help_text"]), has_seed=bool(data["has_seed"]),
+                   has_test_file=bool(data["has_test_file"]), has_parallel_jobs=bool(data["has_parallel_jobs"]),
+                   modes=tuple(str(m) for m in data["modes"]), ops=tuple(str(o) for o in data["ops"]),
+                   has_list_ops=bool(data["has_list_ops"]), notes=tuple(str(n) for n in data["notes"]))
+
 
 _OP_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 

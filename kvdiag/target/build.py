@@ -30,6 +30,7 @@ from kvdiag.target.cmake import (
     CUDA_OPTIONS,
     build_options,
     cache_lineinfo,
+    cache_make_program,
     cache_source_dir,
     cmake_bool,
     lineinfo_in_flags,
@@ -82,6 +83,7 @@ class BuildInfo:
     lineinfo_source: str | None = None  # why lineinfo is True, e.g. "CMAKE_CUDA_FLAGS: -lineinfo"
     cuda_compiler_version: str | None = None  # CMAKE_CUDA_COMPILER_VERSION, e.g. "13.0.88"
     notes: tuple[str, ...] = field(default=())
+    make_program: str | None = None  # CMAKE_MAKE_PROGRAM when it exists here: the tool its dry run uses
 
     def has_binary(self, name: str) -> bool:
         return name in self.binaries
@@ -106,6 +108,7 @@ class BuildInfo:
             "git": self.git.to_dict() if self.git is not None else None,
             "staleness": self.staleness.to_dict(),
             "cache_path": str(self.cache_path) if self.cache_path is not None else None,
+            "make_program": self.make_program,
             "notes": list(self.notes),
         }
 
@@ -150,6 +153,7 @@ def inspect_build(
         lineinfo, lineinfo_source = cache_lineinfo(cache, build_type)
         options = build_options(cache)
         cuda_compiler_version = nonempty(cache.get("CMAKE_CUDA_COMPILER_VERSION"))
+        make_program = cache_make_program(cache)
         if cuda and cuda_architectures is None and cmake_bool(cache.get("GGML_NATIVE")):
             notes.append("CMAKE_CUDA_ARCHITECTURES is not in the cache: with GGML_NATIVE=ON ggml builds "
                          "for the GPUs of the build machine ('native')")
@@ -159,7 +163,7 @@ def inspect_build(
         generator = None
         source_dir = root if (root / ".git").exists() else None
         cuda = True if has_cuda_library(root) else None
-        cuda_architectures = cuda_flags = build_type = cuda_compiler_version = None
+        cuda_architectures = cuda_flags = build_type = cuda_compiler_version = make_program = None
         lineinfo, lineinfo_source = False, None
         options = {}
         notes.append(f"no {CMAKE_CACHE}: configuration unknown, only the executables are known"
@@ -173,10 +177,10 @@ def inspect_build(
 
     if check_staleness:
         staleness = check_build_staleness(
-            root, generator=generator, log_dir=log_dir, targets=targets, binaries=binaries
+            root, generator=generator, log_dir=log_dir, targets=targets, binaries=binaries, program=make_program
         )
     else:
-        staleness = not_checked("not checked (disabled)")
+        staleness = not_checked("the dry run was turned off for this command")
 
     return BuildInfo(
         build_dir=root,
@@ -195,4 +199,5 @@ def inspect_build(
         lineinfo_source=lineinfo_source,
         cuda_compiler_version=cuda_compiler_version,
         notes=tuple(notes),
+        make_program=make_program,
     )

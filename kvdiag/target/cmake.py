@@ -7,6 +7,7 @@ sanitizer needs to name ``file:line``). Nothing here runs a program.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -119,3 +120,16 @@ def build_options(cache: Mapping[str, str]) -> dict[str, str]:
         for k, v in cache.items()
         if (k.startswith("GGML_") or k.startswith("LLAMA_")) and "-" not in k
     }
+
+
+def cache_make_program(cache: Mapping[str, str]) -> str | None:
+    """The build tool the build was generated for (``CMAKE_MAKE_PROGRAM``), when it is an
+    executable file on this machine; None otherwise (then the tool is looked up on PATH).
+
+    ninja rewrites a build log another ninja version wrote, so the build's own ninja is the
+    one that can dry-run it: a machine may have several (a system ninja, a pip wheel's)."""
+    value = nonempty(cache.get("CMAKE_MAKE_PROGRAM"))
+    if value is None:
+        return None
+    path = Path(value)
+    return str(path) if path.is_absolute() and path.is_file() and os.access(path, os.X_OK) else None

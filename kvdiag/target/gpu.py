@@ -61,6 +61,15 @@ class GpuDevice:
             "pci_bus_id": self.pci_bus_id,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "GpuDevice":
+        """The device :meth:`to_dict` wrote (``arch`` is derived again)."""
+        cc = data["compute_capability"]
+        major, minor = (int(part) for part in cc.split(".")) if cc is not None else (None, None)
+        return cls(index=int(data["index"]), name=str(data["name"]), uuid=data["uuid"],
+                   compute_capability=(major, minor) if cc is not None else None, sm_count=data["sm_count"],
+                   total_memory_bytes=data["total_memory_bytes"], pci_bus_id=data["pci_bus_id"])
+
 
 @dataclass(frozen=True)
 class GpuFingerprint:
@@ -87,6 +96,14 @@ class GpuFingerprint:
             "visible_devices": self.visible_devices,
             "notes": list(self.notes),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "GpuFingerprint":
+        """The fingerprint :meth:`to_dict` wrote (``available`` is derived again)."""
+        return cls(source=str(data["source"]), devices=tuple(GpuDevice.from_dict(d) for d in data["devices"]),
+                   driver_version=data["driver_version"], driver_cuda_version=data["driver_cuda_version"],
+                   runtime_version=data["runtime_version"], visible_devices=data["visible_devices"],
+                   notes=tuple(str(n) for n in data["notes"]))
 
 
 class _Unavailable(Exception):

@@ -41,6 +41,11 @@ class ToolVersions:
             "compute_sanitizer_path": self.compute_sanitizer_path,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ToolVersions":
+        return cls(nvcc=data["nvcc"], compute_sanitizer=data["compute_sanitizer"],
+                   compute_sanitizer_path=data["compute_sanitizer_path"], nvcc_path=data["nvcc_path"])
+
 
 @dataclass(frozen=True)
 class HostInfo:
@@ -58,6 +63,11 @@ class HostInfo:
             "cpu": self.cpu,
             "cpu_count": self.cpu_count,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HostInfo":
+        return cls(hostname=str(data["hostname"]), os=str(data["os"]), python=str(data["python"]),
+                   cpu=data["cpu"], cpu_count=data["cpu_count"])
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,12 @@ class Environment:
             "gpu": self.gpu.to_dict(),
             "tools": self.tools.to_dict(),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Environment":
+        """The environment :meth:`to_dict` wrote (``key`` is derived again): the memo's cached form."""
+        return cls(host=HostInfo.from_dict(data["host"]), gpu=GpuFingerprint.from_dict(data["gpu"]),
+                   tools=ToolVersions.from_dict(data["tools"]), kvdiag_version=str(data["kvdiag_version"]))
 
 
 # --------------------------------------------------------------------------- parsing

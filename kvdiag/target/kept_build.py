@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
 from kvdiag.proc.runner import CommandNotFound, CommandResult, run_command
+from kvdiag.trust import trusted_dir
 
 SCRATCH_DIR = "scratch-builds"
 STAMP = "kvdiag-configure.json"     # written after a configure that succeeded; its key is what is reused
@@ -73,8 +74,10 @@ def compiler_launcher(environ: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
-def configure_argv(key: KeptBuildKey, build_dir: Path) -> list[str]:
+def configure_argv(key: KeptBuildKey, build_dir: Path, ninja: str = "ninja") -> list[str]:
     argv = ["cmake", "-S", str(key.source_dir), "-B", str(build_dir), "-G", "Ninja"]
+    if os.path.isabs(ninja):     # a chosen ninja, by path: the one that builds what it configures
+        argv.append(f"-DCMAKE_MAKE_PROGRAM={ninja}")
     argv += [f"-D{name}={value}" for name, value in key.defines]
     if key.launcher:
         argv += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={key.launcher}" for lang in ("C", "CXX", "CUDA")]
@@ -162,12 +165,14 @@ class KeptBuildRun:
 
 
 class KeptBuild:
-    """One kept scratch build folder and the commands that use it."""
+    """One kept scratch build folder and the commands that use it. ``ninja`` is the ninja that
+    configures (CMAKE_MAKE_PROGRAM, when a path) and builds it; PATH's by default."""
 
-    def __init__(self, root: Path, key: KeptBuildKey):
+    def __init__(self, root: Path, key: KeptBuildKey, ninja: str = "ninja"):
         self.root = Path(root)
         self.key = key
         self.path = self.root / key.folder_name()
+        self.ninja = ninja
 
     # ------------------------------------------------------------------ state
 
@@ -195,7 +200,7 @@ class KeptBuild:
     @contextmanager
     def locked(self, deadline: float) -> Iterator[bool]:
         """Hold the folder against another kvdiag using it; yields False if not had by ``deadline``."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        trusted_dir(self.root, "scratch-build folder", "point KVDIAG_HOME at a folder of your own")
         with open(self.root / f"{self.path.name}.lock", "a+") as fh:
             while True:
                 try:
@@ -250,7 +255,7 @@ class KeptBuild:
         else:
             self.path.mkdir(parents=True, exist_ok=True)
             say(f"configuring the scratch build {self.path}")
-            result = command(configure_argv(self.key, self.path), "configure", on_output)
+            result = command(configure_argv(self.key, self.path, self.ninja), "configure", on_output)
             if result is None:
                 return run.stop("inconclusive", "the step's budget was spent before the configure")
             if not result.ok:
@@ -265,7 +270,7 @@ class KeptBuild:
             return run.stop("not-applicable", f"the source tree's CMake does not use {', '.join(ignored)} "
                                               "(cmake: Manually-specified variables were not used by the project)")
         absolute = [str(self.key.source_dir / s) for s in sources]
-        result = command(["ninja", "-C", str(self.path), "-t", "query", *absolute], "objects")
+        result = command([self.ninja, "-C", str(self.path), "-t", "query", *absolute], "objects")
         if result is None:
             return run.stop("inconclusive", "the step's budget was spent before the build")
         outputs = parse_query(result.stdout_text())
@@ -276,7 +281,7 @@ class KeptBuild:
                                               f"{_last_line(result.combined_text())})")
         run.objects = tuple(o for a in absolute for o in outputs[a] if o.endswith((".o", ".obj")))
         say(f"compiling {len(run.objects)} object(s): {', '.join(Path(o).name for o in run.objects)}")
-        result = command(["ninja", "-C", str(self.path), "-k", "0", *run.objects], "build", on_output)
+        result = command([self.ninja, "-C", str(self.path), "-k", "0", *run.objects], "build", on_output)
         if result is None:
             return run.stop("inconclusive", "the step's budget was spent before the build")
         return run

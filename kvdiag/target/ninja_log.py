@@ -52,12 +52,13 @@ def _written_version(ninja: str, stamp: float) -> int | None:
         return log_version(scratch / LOG_NAME)
 
 
-def log_conflict(build_dir: Path) -> str | None:
-    """Why running this machine's ninja in ``build_dir`` would discard its log, or None if it would not."""
+def log_conflict(build_dir: Path, ninja: str = "ninja") -> str | None:
+    """Why running ``ninja`` (a path, or a name on PATH) in ``build_dir`` would discard its log, or None
+    if it would not."""
     log = build_dir / LOG_NAME
     if not log.is_file():
         return None  # nothing to lose
-    ninja = shutil.which("ninja")
+    ninja = shutil.which(ninja)
     if ninja is None:
         return None  # the dry run itself reports a missing ninja
     have = log_version(log)
@@ -65,5 +66,5 @@ def log_conflict(build_dir: Path) -> str | None:
     if writes is None or have == writes:
         return None
     found = f"log v{have}" if have is not None else "an unrecognised header"
-    return (f"{log} has {found} and this machine's ninja ({ninja}) writes log v{writes}: a dry run would "
+    return (f"{log} has {found} and the ninja here ({ninja}) writes log v{writes}: a dry run would "
             f"discard that log (the next build would redo every step), so it was not run")

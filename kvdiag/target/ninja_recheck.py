@@ -33,8 +33,8 @@ class Recheck:
     problem: str | None = None
 
 
-def _ninja_tool(build_dir: Path, tool: str, nodes: Sequence[str], log_dir: Path):
-    result = run_command(["ninja", "-C", str(build_dir), "-t", tool, *nodes], timeout=RECHECK_TIMEOUT_S,
+def _ninja_tool(build_dir: Path, tool: str, nodes: Sequence[str], log_dir: Path, ninja: str):
+    result = run_command([ninja, "-C", str(build_dir), "-t", tool, *nodes], timeout=RECHECK_TIMEOUT_S,
                          log_dir=log_dir, name=f"staleness-ninja-{tool}", env_overrides={"LC_ALL": "C"})
     if result.timed_out or result.returncode != 0:
         return None, f"ninja -t {tool} failed: {result.describe()}"
@@ -87,7 +87,7 @@ def _mtime(build_dir: Path, path: str) -> int | None:
 
 
 def recheck_behind(build_dir: Path, dirty_nodes: Iterable[str], always_outputs: set[str],
-                   log_dir: Path) -> Recheck:
+                   log_dir: Path, ninja: str = "ninja") -> Recheck:
     """Would any step behind the always-run commands run for a reason of its own?"""
     nodes = sorted(set(dirty_nodes) - always_outputs)
     if not nodes:
@@ -95,12 +95,12 @@ def recheck_behind(build_dir: Path, dirty_nodes: Iterable[str], always_outputs: 
     if len(nodes) > MAX_RECHECKED:
         return Recheck(0, (), f"{len(nodes)} steps behind always-run commands: too many to re-check")
     try:
-        query_text, problem = _ninja_tool(build_dir, "query", nodes, log_dir)
+        query_text, problem = _ninja_tool(build_dir, "query", nodes, log_dir, ninja)
         if problem:
             return Recheck(0, (), problem)
         graph = _query_inputs(query_text)
         built = [n for n in nodes if n in graph and graph[n][0] != "phony"]
-        deps_text, problem = _ninja_tool(build_dir, "deps", built, log_dir) if built else ("", None)
+        deps_text, problem = _ninja_tool(build_dir, "deps", built, log_dir, ninja) if built else ("", None)
     except CommandNotFound as exc:
         return Recheck(0, (), f"ninja not found: {exc}")
     if problem:

@@ -20,8 +20,9 @@ always-run target there makes every build look stale, and kvdiag cannot tell.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +53,18 @@ class Staleness:
     causes: tuple[str, ...] = ()  # why the tool would rebuild (ninja's explanations that count)
     ignored: tuple[str, ...] = ()  # steps pending only because of always-run commands, at most MAX_LISTED
     ignored_because: tuple[str, ...] = ()  # the always-run commands behind `ignored`, with the proof
+    program: str | None = None  # the build tool that ran (the build's own, CMAKE_MAKE_PROGRAM, or PATH's)
+    # What the control (kvdiag.controls.staleness) showed this tool doing on this machine: a "current"
+    # answer counts only with it (without, it is "not checked"); None for stale and unchecked answers.
+    proof: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "checked": self.checked,
             "stale": self.stale,
             "tool": self.tool,
+            "program": self.program,
+            "proof": self.proof,
             "pending": list(self.pending),
             "pending_count": self.pending_count,
             "detail": self.detail,
@@ -76,8 +83,14 @@ class Staleness:
         return lines
 
 
-def not_checked(detail: str, tool: str | None = None) -> Staleness:
-    return Staleness(checked=False, stale=None, tool=tool, pending=(), detail=detail)
+def not_checked(detail: str, tool: str | None = None, program: str | None = None) -> Staleness:
+    return Staleness(checked=False, stale=None, tool=tool, pending=(), detail=detail, program=program)
+
+
+def resolve_tool(program: str | None, name: str) -> str:
+    """The tool to run: the build's own when known, else ``name`` on PATH (the bare name when absent,
+    so that running it reports it missing)."""
+    return program or shutil.which(name) or name
 
 
 def _rel_target(build_dir: Path, path: Path) -> str:
@@ -138,14 +151,23 @@ def _checked_dry_run(tool: str, make_argv, targets: list[str], auto_targets: boo
     return ran
 
 
-def _ninja_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path) -> Staleness:
+def _ninja_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path,
+                     program: str | None = None) -> Staleness:
     tool = "ninja -n"
-    conflict = log_conflict(build_dir)
+    ninja = resolve_tool(program, "ninja")
+    conflict = log_conflict(build_dir, ninja)
     if conflict:
-        return not_checked(conflict, tool)
-    ran = _checked_dry_run(tool, lambda ts: ["ninja", "-C", str(build_dir), "-n", "-d", "explain", *ts], targets, auto, log_dir, {"NINJA_STATUS": "[%f/%t] ", "LC_ALL": "C"})
+        return not_checked(conflict, tool, ninja)
+    ran = _checked_dry_run(tool, lambda ts: [ninja, "-C", str(build_dir), "-n", "-d", "explain", *ts], targets,
+                           auto, log_dir, {"NINJA_STATUS": "[%f/%t] ", "LC_ALL": "C"})
     if isinstance(ran, Staleness):
-        return ran
+        return replace(ran, program=ninja)
+    return replace(_ninja_answer(build_dir, ran, log_dir, ninja), program=ninja)
+
+
+def _ninja_answer(build_dir: Path, ran, log_dir: Path, ninja: str) -> Staleness:
+    """What ``ninja -n -d explain`` said, always-run commands discounted (see the module's text)."""
+    tool = "ninja -n"
     result, used, dropped = ran
     text = result.combined_text()
     if result.returncode != 0:
@@ -166,7 +188,7 @@ def _ninja_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: P
     always = [c for c in causes if c.always_run]
     if always and not counted:
         behind = recheck_behind(build_dir, dirty_nodes(text) | set(used),
-                                {o for c in always for o in c.outputs}, log_dir)
+                                {o for c in always for o in c.outputs}, log_dir, ninja)
         if behind.problem:
             return not_checked(f"{len(edges)} step(s) pending behind always-run command(s), and they could not be "
                                f"re-checked against their own inputs: {behind.problem}", tool)
@@ -203,12 +225,19 @@ def _scope(used: Sequence[str], dropped: Sequence[str]) -> str:
     return scope
 
 
-def _cmake_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path) -> Staleness:
+def _cmake_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path,
+                          program: str | None = None) -> Staleness:
+    make = resolve_tool(program, "make")
+    return replace(_cmake_make_answer(build_dir, targets, auto, log_dir, make), program=make)
+
+
+def _cmake_make_answer(build_dir: Path, targets: list[str], auto: bool, log_dir: Path, make: str) -> Staleness:
     # `make -q` cannot answer for CMake Makefiles: their top-level targets are .PHONY, so it
     # always says "out of date". A dry run prints, without running them, the
     # cmake_echo_color commands announcing each step ("Building CUDA object ...").
     tool = "make -n"
-    ran = _checked_dry_run(tool, lambda ts: ["make", "-n", "--no-print-directory", "-C", str(build_dir), *ts], targets, auto, log_dir, {"LC_ALL": "C"})
+    ran = _checked_dry_run(tool, lambda ts: [make, "-n", "--no-print-directory", "-C", str(build_dir), *ts], targets,
+                           auto, log_dir, {"LC_ALL": "C"})
     if isinstance(ran, Staleness):
         return ran
     result, used, dropped = ran
@@ -239,9 +268,16 @@ def _cmake_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_d
                      detail=f"{len(steps)} build step(s) would run ({scope})", pending_count=len(steps))
 
 
-def _plain_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path) -> Staleness:
+def _plain_make_staleness(build_dir: Path, targets: list[str], auto: bool, log_dir: Path,
+                          program: str | None = None) -> Staleness:
+    make = resolve_tool(program, "make")
+    return replace(_plain_make_answer(build_dir, targets, auto, log_dir, make), program=make)
+
+
+def _plain_make_answer(build_dir: Path, targets: list[str], auto: bool, log_dir: Path, make: str) -> Staleness:
     tool = "make -q"
-    ran = _checked_dry_run(tool, lambda ts: ["make", "-q", "-C", str(build_dir), *ts], targets, auto, log_dir, {"LC_ALL": "C"})
+    ran = _checked_dry_run(tool, lambda ts: [make, "-q", "-C", str(build_dir), *ts], targets, auto, log_dir,
+                           {"LC_ALL": "C"})
     if isinstance(ran, Staleness):
         return ran
     result, used, dropped = ran
@@ -262,8 +298,11 @@ def check_build_staleness(
     log_dir: Path,
     targets: Sequence[str] = (),
     binaries: Mapping[str, Path] | None = None,
+    program: str | None = None,
 ) -> Staleness:
-    """Would building ``targets`` (or the binaries found) run anything? Never raises for tool trouble."""
+    """Would building ``targets`` (or the binaries found) run anything? Never raises for tool trouble.
+
+    ``program`` is the build tool to run (the build's ``CMAKE_MAKE_PROGRAM``); None: ninja or make on PATH."""
     binaries = binaries or {}
     auto = not targets
     is_cmake = generator is not None
@@ -272,15 +311,15 @@ def check_build_staleness(
         wanted = list(targets) or sorted(_rel_target(build_dir, p) for p in binaries.values())
         if not (build_dir / "build.ninja").is_file():
             return not_checked(f"no build.ninja in {build_dir}: build currency unknown", "ninja -n")
-        return _ninja_staleness(build_dir, wanted, auto, log_dir)
+        return _ninja_staleness(build_dir, wanted, auto, log_dir, program)
     if is_cmake and gen.endswith("Makefiles") and not gen.startswith("NMake"):
         if not (build_dir / "Makefile").is_file():
             return not_checked(f"no Makefile in {build_dir}: build currency unknown", "make -n")
         wanted = list(targets) or sorted(binaries)
-        return _cmake_make_staleness(build_dir, wanted, auto, log_dir)
+        return _cmake_make_staleness(build_dir, wanted, auto, log_dir, program)
     if not is_cmake and any((build_dir / n).is_file() for n in ("Makefile", "makefile", "GNUmakefile")):
         wanted = list(targets) or sorted(_rel_target(build_dir, p) for p in binaries.values())
-        return _plain_make_staleness(build_dir, wanted, auto, log_dir)
+        return _plain_make_staleness(build_dir, wanted, auto, log_dir, program)
     if is_cmake:
         return not_checked(f"generator {generator!r} has no dry run kvdiag knows: build currency unknown")
     return not_checked("no CMake cache, build.ninja or Makefile: build currency unknown")

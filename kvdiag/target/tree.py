@@ -1,8 +1,8 @@
 """What a source tree and its build folder hold, asked one fact at a time.
 
 Registry entries name facts about a tree: a file, a test, a CMake option, a
-binary, a function, a construct at a line. A fork moves and re-languages them
-(`tests/foo.cpp` becomes `tests/foo.py`, registered with CTest under the same
+binary, a function, a construct found by its context (`target.sites`). A fork
+moves and re-languages them (`tests/foo.cpp` becomes `tests/foo.py`, registered with CTest under the same
 name), and a llama.cpp tree holds ggml under `ggml/` where a ggml tree holds it
 at the root. Each question here answers `found`, `absent` (with what the tree has
 instead, when something close exists) or `unknown` (the tree or the build that
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from kvdiag.target.ctest import CTestListing, read_ctest
+from kvdiag.target.sites import NOT_FOUND, Located, Placement, SiteSpec, locate, place
 
 FOUND, ABSENT, UNKNOWN = "found", "absent", "unknown"
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cu", ".cuh", ".h", ".hpp", ".py")
@@ -260,21 +261,21 @@ class Tree:
                 return Answer(FOUND, str(path.relative_to(self.source)))
         return Answer(ABSENT, f"no {needle!r} in the tree's code")
 
-    def site(self, rel: str, line: int, holds: str) -> Answer:
-        """Line ``line`` of ``rel`` still holds ``holds``; else the lines that do now."""
+    def locate(self, spec: SiteSpec) -> tuple[str | None, Located | None]:
+        """The site's file as this tree names it (either layout) and where in it the site is, by its
+        context alone (`target.sites`); ``(None, None)`` without a source tree, ``(None, why)`` when
+        the file is not there."""
         if self.source is None:
-            return Answer(UNKNOWN, "no source tree given")
-        path = self.path(rel)
-        if path is None:
-            return Answer(ABSENT, f"no {rel}")
-        lines = self._code(path).splitlines()
-        if 0 < line <= len(lines) and holds in lines[line - 1]:
-            return Answer(FOUND, f"{path.relative_to(self.source)}:{line}")
-        now = [i + 1 for i, text in enumerate(lines) if holds in text]
-        nearest = sorted(now, key=lambda n: abs(n - line))[:3]
-        where = (f"now at line {', '.join(map(str, sorted(nearest)))}" if now
-                 else "not in the file any more")
-        return Answer(ABSENT, f"{rel}:{line} does not hold {holds!r}; {where}")
+            return None, None
+        path = self.path(spec.file)
+        if path is None or not path.is_file():
+            return None, Located(NOT_FOUND, why=f"no {spec.file}")
+        return str(path.relative_to(self.source)), locate(spec, self._code(path))
+
+    def place(self, spec: SiteSpec) -> Placement:
+        """The site's line in this tree: by its context when the source is here, else the line
+        recorded for this tree's commit (see `target.sites.place`)."""
+        return place(spec, *self.locate(spec), self.commit)
 
 
 def _command(argv) -> str:

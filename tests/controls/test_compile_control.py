@@ -8,6 +8,7 @@ and two tiny objects take about 20 s on two busy cores.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 
 import pytest
@@ -22,12 +23,18 @@ toolchain = pytest.mark.skipif(any(shutil.which(t) is None for t in ("nvcc", "cm
 
 @toolchain
 @pytest.mark.slow
-def test_the_staged_mismatch_is_seen_and_the_current_call_compiles(tmp_path, monkeypatch):
-    record = run_compile_control("test-key", tmp_path / "logs", DEFINES, None)
+def test_the_staged_mismatch_is_seen_and_the_current_call_compiles(ninja, tmp_path, monkeypatch):
+    """Under each ninja (tests/ninjas.py: the system's and the PyPI wheel's), configured and run by path."""
+    record = run_compile_control("test-key", tmp_path / "logs", DEFINES, None, ninja=ninja.path)
     assert record.positive_detected, record.positive_detail
     assert record.negative_clean, record.negative_detail
     assert record.passed
     assert "1 matched error line(s) at stale_call.cu(4)" == record.positive_detail
+    configure = json.loads((tmp_path / "logs" / "compile-control-configure.cmd.json").read_text())
+    assert f"-DCMAKE_MAKE_PROGRAM={ninja.path}" in configure["argv"]
+    for step in ("objects", "build"):
+        assert json.loads((tmp_path / "logs" / f"compile-control-{step}.cmd.json").read_text())["argv"][0] == \
+            ninja.path
     # the gate runs it once per machine key, then answers from controls.json
     calls = []
     monkeypatch.setattr(control, "run_compile_control",

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
@@ -26,6 +27,7 @@ from kvdiag.store.history import history
 from kvdiag.store.runs import RunStore
 from kvdiag.store.sweeps import Sweep, load_sweep
 from kvdiag.report.formats.table import TableFormat
+from kvdiag.report.schemas import SWEEP_SCHEMA, load_schema
 
 GPU_IDS = ["D1", "D2", "D3", "D10", "D12"]
 CPU_IDS = ["D5", "D11", "D13"]
@@ -389,3 +391,82 @@ def test_sweep_format_sarif_prints_the_source_paths_the_saved_sweep_records(home
     assert list(load_sweep(saved).outcome("D2").sources) == uris
     rendered = invoke(render_cmd, [str(saved), "--format", "sarif"])
     assert json.loads(rendered.stdout) == printed
+
+
+# --------------------------------------------------------------------------- shards a job engine names
+
+
+ENGINES = {   # the variables of task t (0..3) of a 4-way job, as each engine sets them
+    "slurm from 0": lambda t: {"SLURM_ARRAY_TASK_ID": str(t), "SLURM_ARRAY_TASK_COUNT": "4",
+                               "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "3", "SLURM_ARRAY_TASK_STEP": "1"},
+    "slurm 1-7:2": lambda t: {"SLURM_ARRAY_TASK_ID": str(1 + 2 * t), "SLURM_ARRAY_TASK_COUNT": "4",
+                              "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "7", "SLURM_ARRAY_TASK_STEP": "2"},
+    "kubernetes": lambda t: {"JOB_COMPLETION_INDEX": str(t), "KVDIAG_SHARD_COUNT": "4"},
+    "gitlab": lambda t: {"CI_NODE_INDEX": str(t + 1), "CI_NODE_TOTAL": "4"},
+}
+
+
+SWEEP_VALIDATOR = jsonschema.Draft202012Validator(load_schema(SWEEP_SCHEMA))
+
+
+@pytest.fixture
+def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """None of the job engines' variables from the machine running the tests."""
+    from kvdiag.shards import ENGINE_VARIABLES
+
+    for names in ENGINE_VARIABLES.values():
+        for name in names:
+            monkeypatch.delenv(name, raising=False)
+
+
+def invoke_in(env: dict[str, str], command, args):
+    result = CliRunner().invoke(command, args, obj=FakeContext(), standalone_mode=False, env=env)
+    if result.exception is not None:
+        raise result.exception
+    return result
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_four_auto_shards_merge_to_the_selection_of_one_sweep(fake_engine: Recorder, home: Path, tmp_path: Path,
+                                                             no_engine, engine: str) -> None:
+    whole = tmp_path / "whole.json"
+    invoke(sweep_cmd, ["--build", str(tmp_path), "--quiet", "--save", str(whole)])
+    parts = []
+    for task in range(4):
+        part = tmp_path / f"part-{task}.json"
+        invoke_in(ENGINES[engine](task), sweep_cmd,
+                  ["--build", str(tmp_path), "--quiet", "--shard", "auto", "--save", str(part)])
+        saved = load_sweep(part)
+        assert saved.shard == f"{task + 1}/4"
+        assert saved.shard_from == {"engine": engine.split()[0], "variables": ENGINES[engine](task)}
+        assert json.loads(part.read_text())["shard_from"]["variables"] == ENGINES[engine](task)
+        SWEEP_VALIDATOR.validate(json.loads(part.read_text()))
+        parts.append(str(part))
+    merged_path = tmp_path / "merged.json"
+    result = invoke(merge_cmd, [*parts, "-o", str(merged_path)])
+    merged, reference = load_sweep(merged_path), load_sweep(whole)
+    assert merged.selection == reference.selection and merged.ids == reference.ids
+    assert [o.verdict for o in merged.outcomes] == [o.verdict for o in reference.outcomes]
+    assert result.return_value == 1 and merged.shard is None
+    with pytest.raises(UsageError, match=r"incomplete: shard\(s\) 2/4 missing"):
+        invoke(merge_cmd, [parts[0], *parts[2:], "-o", str(tmp_path / "x.json")])
+
+
+def test_the_issue_s_slurm_example_runs_shard_3_of_4(fake_engine: Recorder, home: Path, tmp_path: Path,
+                                                     no_engine) -> None:
+    part = tmp_path / "part.json"
+    result = invoke_in({"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "4"}, sweep_cmd,
+                       ["--build", str(tmp_path), "--shard", "auto", "--save", str(part)])
+    # the 8 entries in id order, dealt round-robin: shard 3 gets positions 2 and 6
+    assert load_sweep(part).ids == ["D3", "D12"]
+    assert "shard 3/4 of 8 selected entries (from slurm: SLURM_ARRAY_TASK_ID=2, SLURM_ARRAY_TASK_COUNT=4)" \
+        in result.stdout
+
+
+def test_auto_without_an_engine_is_refused_before_anything_runs(fake_engine: Recorder, home: Path,
+                                                                tmp_path: Path, no_engine) -> None:
+    with pytest.raises(UsageError, match="no job engine's variables are set"):
+        invoke(sweep_cmd, ["--build", str(tmp_path), "--shard", "auto"])
+    with pytest.raises(UsageError, match="JOB_COMPLETION_INDEX=1 without a count"):
+        invoke_in({"JOB_COMPLETION_INDEX": "1"}, sweep_cmd, ["--build", str(tmp_path), "--shard", "auto"])
+    assert fake_engine.calls == [] and not (home / "runs").exists()

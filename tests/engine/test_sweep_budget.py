@@ -109,6 +109,9 @@ def test_budget_comes_from_expected_seconds_with_a_floor_and_the_timeout_as_cap(
     assert step_budget(kv.entry("D906", forever_body(ninja, Path("/x/p"), expected=100)).default_step) == 500
     assert step_budget(kv.entry("D907", forever_body(ninja, Path("/x/p"), expected=1000)).default_step) == 600
     assert step_budget(step, 7) == 7                               # --step-budget wins
+    for never in (float("nan"), float("inf"), 0, -1):                # would turn the deadline off
+        with pytest.raises(UsageError, match="finite number of seconds above 0"):
+            step_budget(step, never)
     assert compiles(step)
     assert not compiles(kv.entry("D908", quick_body()).default_step)
 

@@ -388,16 +388,18 @@ def test_g22_an_empty_registry_is_65_not_silence(kv: Faults):
 
 
 @pytest.mark.parametrize("content, message", [
-    ('{"format": "kvdiag-sweep/1", "outc', "not a sweep: Unterminated string"),
+    ('{"format": "kvdiag-sweep/1", "outc', "not a {what}: Unterminated string"),
     ("[1, 2]", "not a kvdiag sweep (the JSON is not an object)"),
     ("[" * 100000, "nested too deeply"),
 ])
 def test_g23_compare_and_merge_of_a_corrupt_sweep_are_65(kv: Faults, content, message):
     bad = kv.root / "bad.json"
     bad.write_text(content)
-    for args in (["compare", bad, bad], ["merge", bad, "-o", kv.root / "merged.json"]):
+    # merge reads sweeps or scans, and says so
+    for args, what in ((["compare", bad, bad], "sweep"),
+                       (["merge", bad, "-o", kv.root / "merged.json"], "sweep or scan")):
         code, _, err = kv.cli(*args)
-        assert code == 65 and message in one_line(err), args
+        assert code == 65 and message.format(what=what) in one_line(err), args
     assert not (kv.root / "merged.json").exists()
 
 

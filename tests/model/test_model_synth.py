@@ -132,7 +132,7 @@ def test_a_larger_vocab_is_padded_with_unused_tokens():
     ({"n_head": 6, "n_head_kv": 4}, "multiple of n_head_kv"),
     ({"head_dim": 63}, "even"),
     ({"n_vocab": 256}, "at least 259"),
-    ({"dtype": "q8_0"}, "dtype"),
+    ({"dtype": "q4_0"}, "dtype"),
 ])
 def test_impossible_shapes_are_refused_before_writing(kw, message, tmp_path):
     with pytest.raises(UsageError, match=message):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine.engine_helpers import make_build, make_sanitizer
+from venvs import make_venv
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_PARTS = ("kvdiag", "registry", "probes", "repro", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
@@ -50,8 +51,8 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
     wheels = list((root / "dist").glob("kvdiag-*.whl"))
     assert len(wheels) == 1, wheels
     venv = root / "venv"
-    _quiet([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], env=env)
-    _quiet([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+    python = make_venv(venv)            # from inside a venv too: see tests/venvs.py
+    _quiet([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
             str(wheels[0])], cwd=root, env=env)
     shutil.rmtree(src)                  # nothing may read the copy the wheel was built from
     work = root / "work"

@@ -214,6 +214,9 @@ def test_bad_arguments(log_dir):
         run_command(scenario("exits_with.py", 0), timeout=5, log_dir=log_dir, name="a/b")
     with pytest.raises(ValueError):
         run_command(scenario("exits_with.py", 0), timeout=0, log_dir=log_dir, name="x")
+    for never in (float("nan"), float("inf")):              # no deadline at all: refused, not run
+        with pytest.raises(ValueError, match="finite positive"):
+            run_command(scenario("exits_with.py", 0), timeout=never, log_dir=log_dir, name="x")
 
 
 # ---------------------------------------------------------------- timeouts and process groups

@@ -24,7 +24,7 @@ DEFAULT_KIND_AND_SIGNATURE = {
     "D2": ("backend-ops", ["sanitizer"]),
     "D3": ("server", ["abort", "output"]),
     "D4": ("command", ["abort", "output"]),
-    "D5": ("server", ["output"]),
+    "D5": ("server", ["relative"]),
     "D6": ("backend-ops", ["abort", "output"]),
     "D7": ("compile", ["output"]),
     "D8": ("backend-ops", ["case"]),
@@ -232,8 +232,6 @@ def test_d11_selects_exactly_the_sixteen_f16_concat_cases(entries):
 
 @pytest.mark.parametrize("entry_id, line, should_match", [
     ("D4", "op not supported (view) (KVARN_STORE)", True),
-    ("D5", "llama_context:  CUDA_Host compute buffer size =  2195.90 MiB", True),
-    ("D5", "llama_context:  CUDA_Host compute buffer size =    20.28 MiB", False),
     ("D7", 'fattn-mma-kvarn-case.cuh(178): error: no instance of function template '
            '"flash_attn_ext_f16_process_tile" matches the argument list', True),
     ("D10", "\t  1 - test-upstream-merge-keepers-static (Failed)", True),
@@ -243,6 +241,16 @@ def test_output_patterns_against_real_lines(entries, entry_id, line, should_matc
     patterns = [m.pattern for m in entries[entry_id].signature if m.type == "output"]
     assert patterns
     assert bool(re.search(patterns[0], line)) is should_match
+
+
+def test_d5_compares_the_host_compute_buffer_with_its_q8_0_arm(entries):
+    (relative,) = entries["D5"].signature
+    assert (relative.step, relative.arm, relative.ratio_min, relative.pick) == ("kvarn5", "q8_0-control", 50, "max")
+    assert entries["D5"].step("kvarn5").compare_with == "q8_0-control"
+    host = re.compile(relative.pattern)
+    assert host.search("sched_reserve:  CUDA_Host compute buffer size =    20.28 MiB").group("value") == "20.28"
+    assert host.search("sched_reserve:        CPU compute buffer size =    21.78 MiB").group("value") == "21.78"
+    assert host.search("sched_reserve:      CUDA0 compute buffer size =  2195.90 MiB") is None
 
 
 def test_d8_case_signature_and_drift(entries):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kvdiag.errors import DataError
 from kvdiag.registry.lint import lint_registry_wide
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.raw import read_raw
@@ -29,6 +30,7 @@ BAD = {
     "exit-without-signal": [("D1.md", "signature[0]", "an exit matcher needs exactly one of signal or code")],
     "malformed-params": [("D1.md", "repro[0].vars.params", "malformed regex")],
     "datetime-not-date": [("D1.md", "defect.reported", "not a date and time")],
+    "site-line-zero": [("D1.md", "location.sites", "[0].at.d99724f2: must be a line number (1 or more)")],
 }
 
 # what still loads from each bad registry
@@ -41,7 +43,7 @@ def test_every_bad_fixture_folder_is_covered(registry_fixtures):
 
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_bad_fixture_gives_exactly_its_problems(registry_fixtures, name):
-    registry = load_registry(registry_fixtures / "bad" / name)
+    registry = load_registry(registry_fixtures / "bad" / name, refuse_duplicates=False)     # as lint reads it
     got = [(p.file, p.key, p.message) for p in registry.problems]
     assert len(got) == len(BAD[name]), got
     for (file, key, message), (want_file, want_key, fragment) in zip(got, BAD[name]):
@@ -70,6 +72,12 @@ def test_duplicate_ids_are_reported_by_the_registry_wide_check(registry_fixtures
     assert "duplicate id 'D1' (also D1.md)" in problem.message
 
 
+def test_the_loader_refuses_two_files_with_one_id(registry_fixtures):
+    folder = registry_fixtures / "bad" / "duplicate-id"
+    with pytest.raises(DataError, match=r"has 2 entries with id 'D1': D1.md and D10.md \(`kvdiag registry lint`"):
+        load_registry(folder)
+
+
 def test_related_id_must_exist(registry_fixtures, tmp_path):
     shutil.copy(registry_fixtures / "good" / "D2.md", tmp_path / "D2.md")
     (problem,) = load_registry(tmp_path).problems
@@ -93,3 +101,17 @@ def test_example_template_names_every_section(registry_dir):
     for name, section in SECTIONS.items():
         header = f"[[{name}]]" if section.many else f"[{name}]"
         assert header in content, header
+
+
+@pytest.mark.parametrize("site, message", [
+    ({"file": "a.cu", "holds": "x;", "near": 3}, "[0]: invalid key near (known: file, holds, anchor, at, line, commit)"),
+    ({"file": "a.cu", "anchor": "if (x) {"}, "[0]: required key holds is missing"),
+    ({"file": "a.cu", "holds": "x;", "anchor": " "}, "[0].anchor: must name the text the line holds"),
+    ({"file": "a.cu", "holds": "x;", "at": [1538]}, "[0].at: must be a table of commit = line"),
+    ({"file": "a.cu", "holds": "x;", "at": {"d99724f2": "1538"}}, "[0].at.d99724f2: must be a line number (1 or more)"),
+])
+def test_each_malformed_site_is_named(site, message):
+    from kvdiag.registry.lint import _check_sites
+
+    assert _check_sites([site]) == message
+    assert _check_sites([{"file": "a.cu", "holds": "x;", "anchor": "if (x) {", "at": {"d99724f2": 1538}}]) is None

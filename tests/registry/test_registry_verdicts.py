@@ -178,13 +178,13 @@ def test_d3_recorded_cpu_run_of_the_fork_is_not_reproduced_with_its_evidence(ent
     assert judge(entry, Printed(stderr=log.replace("  629 accepted", "    0 accepted"))) is INCONCLUSIVE
 
 
-def test_d5_host_buffer_over_a_gigabyte_is_confirmed_and_q8_arm_is_not(entries):
+def test_d5_without_its_comparison_arm_is_inconclusive_whatever_the_size(entries):
+    """D5 is relative (tests/engine/test_relative_signature.py runs both arms): judged alone, even
+    the seed's 2,195.90 MiB is no verdict, and the reason names the arm that is missing."""
     enabled = "llama_init_from_model: enabling structured KVarN cache type kvarn_k5v5_g128\n"
-    big = "llama_context:  CUDA_Host compute buffer size =  2195.90 MiB\n"
-    small = "llama_context:  CUDA_Host compute buffer size =    20.28 MiB\n"
-    assert judge(entries["D5"], Printed(stderr=enabled + big)) is CONFIRMED
-    assert judge(entries["D5"], Printed(stderr=enabled + small)) is NOT_REPRODUCED
-    assert judge(entries["D5"], Printed(stderr=small)) is INCONCLUSIVE      # KVarN fell back: nothing was tested
+    big = "sched_reserve:  CUDA_Host compute buffer size =  2195.90 MiB\n"
+    assert judge(entries["D5"], Printed(stderr=enabled + big)) is INCONCLUSIVE
+    assert judge(entries["D5"], Printed(stderr=big)) is INCONCLUSIVE      # KVarN fell back: nothing was tested
 
 
 def test_d9_refusal_pattern(entries):

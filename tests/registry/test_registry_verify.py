@@ -9,7 +9,6 @@ and CTest names (names only, no fetched source).
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -18,27 +17,18 @@ from kvdiag.engine.applicability import Facts, judge_applicability
 from kvdiag.exitcodes import ExitCode
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.verify import verify_entries
+from kvdiag.target.sites import SiteSpec
 from kvdiag.target.tree import Tree
+from tree_stand_in import listing, stand_in
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-LISTING = json.loads((FIXTURES / "trees" / "fork-775450a68-tests.json").read_text())
+LISTING = listing("fork-775450a68-tests.json")
 OLD_D10_FACTS = ('files = ["tests/test-upstream-merge-keepers-static.cpp"]\n\n[applies]\n'
                  'source_paths = ["tests/test-upstream-merge-keepers-static.cpp"]\n')
 
 
 def _fork_stand_in(root: Path) -> tuple[Path, Path]:
     """A source folder with the recorded tests/ names (empty files) and a build whose CTest lists the tests."""
-    source, build = root / "src", root / "build"
-    (source / "tests").mkdir(parents=True)
-    for name in LISTING["tests_dir"]:
-        (source / "tests" / name).write_text("")
-    (build / "tests").mkdir(parents=True)
-    (build / "CTestTestfile.cmake").write_text('subdirs("tests")\n')
-    lines = [f'add_test([=[{name}]=] "/usr/bin/{cmd[0]}" ' + " ".join(f'"{source}/tests/{a}"' for a in cmd[1:]) + ")"
-             for name, cmd in LISTING["ctest"].items()]
-    (build / "tests" / "CTestTestfile.cmake").write_text("\n".join(lines) + "\n")
-    (build / "CMakeCache.txt").write_text(f"CMAKE_HOME_DIRECTORY:INTERNAL={source}\nGGML_CUDA:BOOL=ON\n")
-    return source, build
+    return stand_in(LISTING, root, cache={"GGML_CUDA": "ON"})
 
 
 def _registry_with_old_d10(root: Path, project_dir: Path) -> Path:
@@ -119,13 +109,16 @@ def test_unknown_tree_is_a_note_never_not_applicable(tmp_path):
     assert any("could not check for test test-upstream-merge-keepers-static" in n for n in judgement.notes)
 
 
-def test_a_moved_site_is_reported_with_where_it_is_now(tmp_path):
+def test_a_site_is_placed_by_its_context_in_either_layout_and_a_common_text_alone_is_ambiguous(tmp_path):
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "k.cuh").write_text("a\nb\n__syncthreads();\nc\n")
+    (tmp_path / "src" / "k.cuh").write_text("a\n__syncthreads();\nif (x) {\n  b();\n  __syncthreads();\n}\n")
     tree = Tree.open(tmp_path)
-    assert tree.site("src/k.cuh", 3, "__syncthreads();").found
-    moved = tree.site("ggml/src/k.cuh", 2, "__syncthreads();")
-    assert not moved.found and "now at line 3" in moved.detail
+    anchored = tree.place(SiteSpec("ggml/src/k.cuh", "__syncthreads();", "if (x) {", at={"abc": 2}))
+    assert (anchored.state, anchored.at, anchored.recorded) == ("found", "src/k.cuh:5", None)
+    bare = tree.place(SiteSpec("src/k.cuh", "__syncthreads();"))
+    assert bare.state == "ambiguous" and bare.line is None
+    assert bare.detail == ("ambiguous: 2 candidates, line 2 (after line 1: `a`); "
+                           "line 5 (after line 4: `b();`)")
 
 
 def test_an_option_is_found_in_the_cmake_files_without_a_cache(tmp_path):

@@ -107,7 +107,8 @@ def make_target() -> dict:
                     "describe": "v0.9.4-112-gd99724f2", "dirty": False, "dirty_files": [], "dirty_count": 0,
                     "branch": "master"},
             "staleness": {"checked": True, "stale": False, "tool": "ninja -n", "pending": [], "pending_count": 0,
-                          "detail": "no work to do"},
+                          "detail": "no work to do", "program": "/usr/bin/ninja",
+                          "proof": "the ninja -n control (ninja 1.13.2 (/usr/bin/ninja)) called a staged build current right after building it and stale after an edit of its header, on this machine"},
             "cache_path": "/home/user/ggml/build-li/CMakeCache.txt", "notes": [],
         },
         "environment": {

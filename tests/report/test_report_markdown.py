@@ -57,7 +57,7 @@ def test_build_and_environment_tables(sweep: Sweep) -> None:
     text = render(sweep)
     assert "| compute-sanitizer | 2025.3.1 |" in text
     assert "| GPU | NVIDIA H200, cc 9.0 (sm\\_90) |" in text
-    assert "| staleness | current with its sources (ninja -n) |" in text
+    assert "| staleness | current with its sources (ninja -n; its control passed on this machine) |" in text
 
 
 def test_log_text_cannot_become_markup() -> None:

@@ -71,7 +71,7 @@ def test_report_of_the_d2_run_is_ready_to_paste(d2, home: Path) -> None:
                 "| commit | d99724f2a0c6b2c4e9f1d3b5a7c9e1f3a5b7c9d1 (v0.9.4-112-gd99724f2) |",
                 "| uncommitted changes | no |", "| CUDA flags | -lineinfo |",
                 "| -lineinfo | yes (CMAKE\\_CUDA\\_FLAGS: -lineinfo) |",
-                "| staleness | current with its sources (ninja -n) |"):
+                "| staleness | current with its sources (ninja -n; its control passed on this machine) |"):
         assert row in text, row
     established = text.split("## What is established\n", 1)[1].split("## What is not established", 1)[0]
     assert "Reproduces on unmodified upstream ggml" in established

@@ -13,7 +13,9 @@ TARGET = {
               "build_type": "Release", "options": {"GGML_CUDA": "ON"}, "lineinfo": True,
               "git": {"commit": "d99724f2a0c6", "short": "d99724f2", "dirty": False, "dirty_files": [],
                       "dirty_count": 0},
-              "staleness": {"checked": True, "stale": False, "tool": "ninja -n", "pending_count": 0}},
+              "staleness": {"checked": True, "stale": False, "tool": "ninja -n", "pending_count": 0,
+                            "proof": "the ninja -n control (ninja 1.11.1 (/usr/bin/ninja)) called a staged build "
+                                     "current right after building it and stale after an edit of its header"}},
     "environment": {"key": "5f0c2e91ab34", "host": {"hostname": "box-a"},
                     "gpu": {"devices": [{"name": "NVIDIA H200", "compute_capability": "9.0"}],
                             "driver_version": "580.159.04", "runtime_version": "13.0"},

@@ -146,9 +146,20 @@ def test_target_identity_and_summary(target: dict) -> None:
     t = target_summary(target)
     assert (t.gpu_name, t.cc, t.driver, t.sanitizer_version, t.commit_label) == \
         ("NVIDIA H200", "9.0", "580.159.04", "2025.3.1", "d99724f2")
-    assert t.staleness == "current with its sources (ninja -n)"
+    assert t.staleness == "current with its sources (ninja -n; its control passed on this machine)"
     empty = target_summary({})
     assert empty.gpu_label == "no GPU" and empty.commit_label == "unknown commit" and empty.staleness == "no build"
+    # one record, the one D13's verdict reads: no proof is no "current" (a record older than the proof says so)
+    unproven = {**target["build"]["staleness"], "proof": None}
+    assert target_summary({"build": {**target["build"], "staleness": unproven}}).staleness == \
+        "not checked: no staleness control proved the dry run on this machine"
+    old = {k: v for k, v in target["build"]["staleness"].items() if k != "proof"}
+    assert target_summary({"build": {**target["build"], "staleness": old}}).staleness == \
+        "current with its sources (ninja -n; recorded before its control was kept)"
+    refused = {"checked": False, "stale": None, "tool": "ninja -n", "detail": "the dry run found nothing to rebuild "
+               "(ninja: no work to do), but the ninja -n control could not build its staged project"}
+    assert target_summary({"build": {**target["build"], "staleness": refused}}).staleness == \
+        f"not checked: {refused['detail']}"
     target["build"]["git"].update(dirty=True, dirty_count=3)
     target["build"]["staleness"].update(stale=True, pending_count=12)
     t = target_summary(target)

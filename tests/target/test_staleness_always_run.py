@@ -1,9 +1,9 @@
 """D13 beside a command that runs on every build (llama.cpp's "Provisioning UI assets"), with real CMake, ninja, make.
 
-The staged project has the fork's shape (tools/ui/CMakeLists.txt): an
-``add_custom_target(... ALL BYPRODUCTS gen.h ...)`` whose output is never
-created, a library that includes its byproduct and depends on it, and a
-normal object that includes a header of ours. ``ninja -n`` on the fresh build
+The staged project (tests/staged_cmake.py) has the fork's shape
+(tools/ui/CMakeLists.txt): an ``add_custom_target(... ALL BYPRODUCTS gen.h ...)``
+whose output is never created, a library that includes its byproduct and
+depends on it, and a normal object that includes a header of ours. ``ninja -n`` on the fresh build
 lists the custom target and everything behind it; that must not be called
 stale, while a touched header must still be.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from staged_cmake import write_sources
 from target_helpers import run
 from kvdiag.controls.staleness import staleness_control
 from kvdiag.engine.judge import judge_attempt
@@ -31,36 +32,8 @@ needs_cmake_ninja = pytest.mark.skipif(shutil.which("cmake") is None or shutil.w
 needs_cmake_make = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("make") is None,
                                       reason="cmake/make missing")
 
-CMAKELISTS = """cmake_minimum_required(VERSION 3.18)
-project(stage C)
-add_custom_target(assets ALL
-  BYPRODUCTS ${CMAKE_CURRENT_BINARY_DIR}/gen.h
-  COMMAND ${CMAKE_COMMAND} -E copy_if_different ${CMAKE_CURRENT_SOURCE_DIR}/gen.h.in ${CMAKE_CURRENT_BINARY_DIR}/gen.h
-  COMMENT "Provisioning assets" VERBATIM)
-add_library(uses_gen STATIC uses_gen.c)
-target_include_directories(uses_gen PRIVATE ${CMAKE_CURRENT_BINARY_DIR})
-add_dependencies(uses_gen assets)
-add_executable(app main.c)
-target_link_libraries(app uses_gen)
-"""
-
-SOURCES = {
-    "CMakeLists.txt": CMAKELISTS,
-    "gen.h.in": "#define GEN 1\n",
-    "layout.h": "struct task_params { int n; };\n",
-    "shared.h": "#define SHARED 0\n",
-    "uses_gen.c": '#include "gen.h"\n#include "shared.h"\nint gen(void) { return GEN + SHARED; }\n',
-    "main.c": '#include "layout.h"\nint gen(void);\nint main(void) { struct task_params p = { gen() }; return p.n - 1; }\n',
-}
-
-
 def stage(tmp_path: Path, log_dir: Path, generator: str) -> tuple[Path, Path]:
-    src, build = tmp_path / "src", tmp_path / "build"
-    src.mkdir()
-    past = time.time() - 3600  # sources older than anything the build writes
-    for name, text in SOURCES.items():
-        (src / name).write_text(text)
-        os.utime(src / name, (past, past))
+    src, build = write_sources(tmp_path / "src"), tmp_path / "build"
     run(["cmake", "-G", generator, "-S", src, "-B", build], tmp_path, log_dir, "t-configure")
     run(["cmake", "--build", build], tmp_path, log_dir, "t-build")
     return src, build

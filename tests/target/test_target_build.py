@@ -113,7 +113,7 @@ def test_lineinfo_build_and_its_binary(fixture_build, log_dir):
     assert info.has_binary("test-backend-ops")
     assert info.binary("test-backend-ops") == root.resolve() / "bin" / "test-backend-ops"
     assert info.binary("llama-server") is None and not info.has_binary("llama-server")
-    assert info.staleness.checked is False and info.staleness.detail == "not checked (disabled)"
+    assert info.staleness.checked is False and info.staleness.detail == "the dry run was turned off for this command"
 
 
 def test_ggml_cuda_debug_means_lineinfo(fixture_build, log_dir):

@@ -250,7 +250,10 @@ def format_seconds(seconds: float) -> str:
 def shard_note(sweep: Sweep) -> str:
     parts = []
     if sweep.shard:
-        parts.append(f"shard {sweep.shard} of {len(sweep.selection)} selected entries")
+        origin = sweep.shard_from or {}
+        named = ", ".join(f"{k}={v}" for k, v in (origin.get("variables") or {}).items())
+        parts.append(f"shard {sweep.shard} of {len(sweep.selection)} selected entries"
+                     + (f" (from {origin.get('engine')}: {named})" if origin else ""))
     if sweep.interrupted:
         parts.append(f"INTERRUPTED: {len(sweep.outcomes)} of {len(sweep.planned)} entries finished")
     return "; ".join(parts)

@@ -1,0 +1,102 @@
+"""Number options of every command, checked before anything runs: one line and exit 64.
+
+click's ``FloatRange`` lets ``nan`` through (every comparison with NaN is false), and
+``--timeout nan`` then disabled every deadline, the step budget included; ``inf`` did the
+same to ``--step-budget``. A time here is a finite number of seconds above 0 (and at
+most a stated ceiling); a count is a whole number in its range. A bad value is a
+:class:`~kvdiag.errors.UsageError` naming the option, on one line, like every other
+usage error of kvdiag (click's own message takes four lines and ends in a usage text).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+from kvdiag.errors import UsageError
+
+__all__ = ["Count", "IdList", "Seconds"]
+
+
+def _option(param: click.Parameter | None) -> str:
+    if param is None:
+        return "value"
+    names = getattr(param, "opts", None) or [param.name or "value"]
+    return max(names, key=len)
+
+
+def _shown(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+class Seconds(click.ParamType):
+    """A duration in seconds: finite, above 0 (at least ``least`` when given), at most ``most``."""
+
+    name = "seconds"
+
+    def __init__(self, most: float, least: float | None = None):
+        self.most = float(most)
+        self.least = least
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float) and math.isfinite(value) and self._fits(value):
+            return value
+        try:
+            seconds = float(str(value).strip())
+        except ValueError:
+            raise UsageError(f"{_option(param)}: {value!r} is not a number of seconds") from None
+        if not (math.isfinite(seconds) and self._fits(seconds)):
+            low = f"at least {_shown(self.least)}" if self.least is not None else "above 0"
+            raise UsageError(f"{_option(param)} {value}: a time must be a finite number of seconds, "
+                             f"{low} and at most {_shown(self.most)}")
+        return seconds
+
+    def _fits(self, seconds: float) -> bool:
+        return 0 < seconds <= self.most and (self.least is None or seconds >= self.least)
+
+
+class Count(click.ParamType):
+    """A whole number from ``least`` to ``most`` (either bound may be absent)."""
+
+    name = "integer"
+
+    def __init__(self, least: int | None = None, most: int | None = None):
+        self.least, self.most = least, most
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            number = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip())
+        except ValueError:
+            raise UsageError(f"{_option(param)}: {value!r} is not a whole number") from None
+        if (self.least is not None and number < self.least) or (self.most is not None and number > self.most):
+            if self.most is None:
+                span = f"at least {self.least}"
+            elif self.least is None:
+                span = f"at most {self.most}"
+            else:
+                span = f"from {self.least} to {self.most}"
+            raise UsageError(f"{_option(param)} {value}: must be a whole number {span}")
+        return number
+
+
+class IdList(click.ParamType):
+    """Comma-separated ids (``D2,D10``; GPUs ``0,1``), none of them empty.
+
+    ``--only ,`` or ``--only ''`` used to select nothing, and nothing meant "every
+    entry": an empty shell variable turned a one-entry check into a full sweep. The
+    value is returned as given; the commands split it as before."""
+
+    name = "ids"
+
+    def __init__(self, example: str):
+        self.example = example
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not all(item.strip() for item in text.split(",")):
+            what = "no id" if not text.strip(" ,") else "an empty id"
+            raise UsageError(f"{_option(param)} {text!r}: {what} in the list (give ids separated by commas, "
+                             f"e.g. {self.example})")
+        return text

@@ -1,0 +1,168 @@
+"""The saved scan: one JSON file per `kvdiag scan` (or per shard of one), and the merge of shards.
+
+A scan file is the scan's own aggregate (`ScanResult.to_dict()`: every case's
+verdict, the sites and instantiations, the counts) with a header: the format,
+kvdiag's version and the target. `kvdiag scan --shard i/n` runs the cases of
+one shard (`kvdiag.shards.case_shard`: by the case's name alone) and records
+the whole `selection`, so `merge_scans` can prove that shards 1..n of one scan,
+of one target, together judged every case exactly once. It works on the saved
+dicts, never on live engine values, so shards saved on several machines merge
+anywhere.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from kvdiag.errors import DataError, UsageError
+from kvdiag.fileio import output_target, read_json
+from kvdiag.records.verdict import Verdict
+from kvdiag.shards import Part, case_shard, complete_split, parse_shard
+from kvdiag.store.runs import write_json_atomic
+from kvdiag.store.sweeps import check_same_target
+
+SCAN_FORMAT = "kvdiag-scan/1"
+VERDICTS = tuple(v.value for v in Verdict)
+_SAME = ("entry", "op", "params")      # what the shards of one scan share, besides target and selection
+
+
+def is_scan(data: Any) -> bool:
+    return isinstance(data, Mapping) and data.get("format") == SCAN_FORMAT
+
+
+def save_scan(document: Mapping[str, Any], path: Path) -> Path:
+    """Write a scan document atomically, only onto a regular file or a new path; returns the file
+    written (a symlink's target: see kvdiag.fileio)."""
+    output_target(Path(path))
+    return write_json_atomic(Path(path), {"format": SCAN_FORMAT, **document})
+
+
+def check_scan(data: Any, source: str) -> dict[str, Any]:
+    """``data`` if it reads as a saved scan, else a DataError naming ``source``."""
+    if not is_scan(data):
+        fmt = data.get("format") if isinstance(data, Mapping) else None
+        raise DataError(f"{source}: not a kvdiag scan (format {fmt!r}, expected {SCAN_FORMAT})")
+    cases = data.get("cases")
+    if not isinstance(cases, Mapping) or not all(isinstance(c, Mapping) and c.get("verdict") in VERDICTS
+                                                 for c in cases.values()):
+        raise DataError(f"{source}: 'cases' must map each case to an object with a verdict")
+    for key in _SAME:
+        if not isinstance(data.get(key), str):
+            raise DataError(f"{source}: {key!r} must be a string")
+    return dict(data)
+
+
+def load_scan(path: Path) -> dict[str, Any]:
+    return check_scan(read_json(path, "scan"), str(path))
+
+
+# --------------------------------------------------------------------------- merging shards
+
+
+def merge_scans(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Shards 1..n of one scan of one target -> the scan that running it unsharded gives.
+
+    Refuses (UsageError, naming the problem): a scan that is not a shard, shards of
+    different counts, entries, ops, params, selections or targets, a missing or repeated
+    shard, an interrupted shard, a case in two shards or in the wrong one, and a
+    selected case that no shard judged.
+    """
+    scans = list(scans)
+    if not scans:
+        raise UsageError("nothing to merge: give the shards' scan files")
+    count = complete_split([Part(s.get("shard"), bool(s.get("interrupted")),
+                                 f"scan #{i} ({s.get('entry')}, started {s.get('started_at') or '?'})")
+                            for i, s in enumerate(scans, start=1)], "kvdiag scan", "the scan")
+    first = scans[0]
+    for s in scans[1:]:
+        _check_same(first, s)
+    seen: dict[str, str] = {}
+    for s in scans:
+        index, _ = parse_shard(s["shard"])
+        for case in list(s["cases"]) + list(s.get("not_run") or []):
+            if case in seen:
+                raise UsageError(f"case {case} is in both shard {seen[case]} and shard {s['shard']}")
+            if case_shard(case, count) != index:
+                raise UsageError(f"case {case} is in shard {s['shard']} but belongs to shard "
+                                 f"{case_shard(case, count)}/{count}: the shards were dealt differently")
+            seen[case] = s["shard"]
+    absent = [c for c in first.get("selection") or [] if c not in seen]
+    if absent:
+        raise UsageError(f"incomplete: no shard judged {len(absent)} selected case(s), e.g. {absent[0]}")
+    return _merged(scans, count)
+
+
+def _check_same(first: Mapping[str, Any], other: Mapping[str, Any]) -> None:
+    pair = f"shards {first['shard']} and {other['shard']}"
+    for key in _SAME:
+        if first[key] != other[key]:
+            raise UsageError(f"{pair} scanned different {key}s: {first[key]!r} vs {other[key]!r}")
+    check_same_target(pair, first.get("target") or {}, other.get("target") or {})
+    if sorted(first.get("selection") or []) != sorted(other.get("selection") or []):
+        raise UsageError(f"{pair} come from different selections of cases (another build's listing, or --limit)")
+
+
+def _summed(rows: Iterable[Mapping[str, Any]], key: str, fields: Sequence[str]) -> list[dict[str, Any]]:
+    out: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        merged = out.setdefault(row[key], {**row, **{f: 0 for f in fields}})
+        for f in fields:
+            merged[f] = round(merged[f] + (row.get(f) or 0), 3)
+    return list(out.values())
+
+
+def _span(scans: Sequence[Mapping[str, Any]]) -> tuple[str, float]:
+    """The earliest start and the wall time from it to the last shard's end."""
+    times = [(_parse_time(s.get("started_at")), float(s.get("wall_s") or 0.0)) for s in scans]
+    if all(t is not None for t, _ in times):
+        begin = min(t for t, _ in times)
+        return begin.isoformat(), round(max(t.timestamp() + w for t, w in times) - begin.timestamp(), 3)
+    return min(str(s.get("started_at") or "") for s in scans), max(w for _, w in times)
+
+
+def _merged(scans: Sequence[Mapping[str, Any]], count: int) -> dict[str, Any]:
+    first = scans[0]
+    cases = {c: v for s in scans for c, v in s["cases"].items()}
+    started_at, wall_s = _span(scans)
+    instantiations: dict[str, int] = {}
+    for s in scans:
+        for name, n in (s.get("instantiations") or {}).items():
+            instantiations[name] = instantiations.get(name, 0) + n
+    devices: dict[str, Any] = {}
+    for s in scans:
+        for key, row in (s.get("devices") or {}).items():
+            merged = devices.setdefault(key, {**row, "cases": 0, "affected": 0, "case_s": 0.0})
+            for f in ("cases", "affected", "case_s"):
+                merged[f] = round(merged[f] + row.get(f, 0), 3)
+    return {
+        "format": SCAN_FORMAT, "kvdiag_version": first.get("kvdiag_version"), "target": first.get("target"),
+        **{k: first[k] for k in _SAME},
+        "workers": sum(int(s.get("workers") or 0) for s in scans), "wall_s": wall_s,
+        "sum_case_s": round(sum(float(s.get("sum_case_s") or 0) for s in scans), 3),
+        "interrupted": False, "sanitizer_output": first.get("sanitizer_output"),
+        "batch_size": max(int(s.get("batch_size") or 1) for s in scans),
+        "processes": sum(int(s.get("processes") or 0) for s in scans),
+        "batches": [b for s in scans for b in s.get("batches") or []],
+        "ran_alone_after_batch": sum(int(s.get("ran_alone_after_batch") or 0) for s in scans),
+        "cases": dict(sorted(cases.items())),
+        "not_supported": list(first.get("not_supported") or []),
+        "not_run": sorted(c for s in scans for c in s.get("not_run") or []),
+        "sites": _summed((r for s in scans for r in s.get("sites") or []), "site", ("cases", "printed", "errors")),
+        "instantiations": dict(sorted(instantiations.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "counts": {v: sum(1 for c in cases.values() if c["verdict"] == v) for v in VERDICTS},
+        "devices": devices, "started_at": started_at, "shard": None, "shard_from": None,
+        **({"range": first["range"]} if first.get("range") else {}),   # one target, so one tree and range
+        "merged_from": [{"shard": s["shard"], "shard_from": s.get("shard_from"), "started_at": s.get("started_at"),
+                         "wall_s": s.get("wall_s"), "cases": len(s["cases"]),
+                         "host": ((s.get("target") or {}).get("environment") or {}).get("host", {}).get("hostname")}
+                        for s in sorted(scans, key=lambda s: parse_shard(s["shard"]))],
+    }
+
+
+def _parse_time(text: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text))
+    except (TypeError, ValueError):
+        return None

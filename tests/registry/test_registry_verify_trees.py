@@ -1,0 +1,127 @@
+"""`kvdiag registry verify` on upstream trees nobody tuned the registry to.
+
+Four llama.cpp releases spanning a year, none used anywhere else in the tests
+(tests/fixtures/trees/README.md says how each listing was recorded): b6225 (2025-08-21),
+b8124 (2026-02-21), b9084 (2026-05-08, the last release whose D2 barrier sits where the
+issue's older release had it) and b9156 (2026-05-14, the last release before 85f99dca8
+whose barrier had not yet reached 1538). Every fact's state on the stand-in tree is held
+to what verify said on the real tree, and the lines below are asserted by hand: each one
+was read in the real file.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from kvdiag.cli import main
+from kvdiag.registry.loader import load_registry
+from kvdiag.registry.verify import verify_entries
+from kvdiag.target.tree import Tree
+from tree_stand_in import listing, stand_in
+
+OTHER_TREES = {"D3", "D4", "D5", "D7", "D9", "D10"}      # the fork's entries: their detection facts are absent
+
+# tag -> (D2's barrier, D1's abort site or None when its launcher is not in the tree, the mismatches)
+TREES = {
+    "b6225": (1108, None, ["D1.md: location.files[1]", "D1.md: location.functions[1]", "D1.md: location.sites[0]"]),
+    "b8124": (1326, 268, []),
+    "b9084": (1400, 311, []),
+    "b9156": (1405, 327, []),
+}
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry(None)
+
+
+def _tree_of(name: str, root):
+    recorded = listing(name)
+    source, build = stand_in(recorded, root)
+    return recorded, Tree.open(source, build, commit=recorded["tree"]["commit"])
+
+
+def _said(reports) -> dict:
+    """Verify's answers as record_tree.py keeps them: every fact's state, each site's state and line."""
+    return {r.entry_id: {"other_tree": r.other_tree is not None, "facts": r.states,
+                         "sites": {s.key: [s.placement.state, s.placement.line] for s in r.sites}} for r in reports}
+
+
+def _tree(tag: str, root):
+    return _tree_of(f"llama-{tag}-facts.json", root)
+
+
+@pytest.mark.parametrize("tag", sorted(TREES))
+def test_every_fact_states_on_the_stand_in_what_verify_said_on_the_real_tree(tag, tmp_path, registry):
+    recorded, tree = _tree(tag, tmp_path)
+    reports = verify_entries(registry.entries, tree)
+    assert _said(reports) == recorded["verify"]
+    assert {r.entry_id for r in reports if r.other_tree} == OTHER_TREES
+    assert sum(r.checked for r in reports) == 34
+
+
+@pytest.mark.parametrize("tag", sorted(TREES))
+def test_each_site_is_at_the_line_read_in_that_tree(tag, tmp_path, registry):
+    d2_line, d1_line, mismatches = TREES[tag]
+    _, tree = _tree(tag, tmp_path)
+    reports = {r.entry_id: r for r in verify_entries(registry.entries, tree)}
+    (d2,) = reports["D2"].sites
+    assert (d2.placement.state, d2.placement.at) == ("found", f"ggml/src/ggml-cuda/fattn-mma-f16.cuh:{d2_line}")
+    assert d2.unrecorded and d2.placement.how == "by its context"
+    (d1,) = reports["D1"].sites
+    if d1_line is None:
+        assert d1.placement.state == "not found"
+        assert "no line holds the anchor `static void ggml_cuda_flash_attn_ext_vec(`" in d1.placement.detail
+    else:
+        assert d1.placement.at == f"ggml/src/ggml-cuda/fattn.cu:{d1_line}"
+    assert [f"{m.file}: {m.key}" for r in reports.values() for m in r.mismatches] == mismatches
+
+
+def test_verify_names_the_older_releases_barrier_exactly_and_never_the_nearest_lines(tmp_path, capsys):
+    """The issue: on this tree verify said `now at line 1425, 1457, 1521`, the three barriers nearest
+    1538; 1425 is the balancing barrier, and `kvdiag run D2` confirmed a fourth line."""
+    recorded, tree = _tree("b9084", tmp_path)
+    argv = ["registry", "verify", "--source", str(tree.source), "--build", str(tree.build),
+            "--commit", recorded["tree"]["commit"], "D2"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert ("D2.md: location.sites[0]: at ggml/src/ggml-cuda/fattn-mma-f16.cuh:1400, found by its context "
+            "(the first `__syncthreads();` in the block of `if (np > 1 && threadIdx.y % np == 0) {`; "
+            "recorded: 1538 at d99724f2, 1607 at 775450a68, 1538 at 749f688fc)") in err
+    assert not any(n in err for n in ("1425", "1457", "1521"))
+
+
+def test_the_old_bare_site_is_ambiguous_there_listing_each_candidate(tmp_path, project_dir, capsys):
+    """D2's site as it was (a line and `__syncthreads();`, no anchor): the excerpt holds two
+    barriers, the reported one and the balancing one, and verify lists both with their context
+    (in the excerpt the code line before 1400 is the guard; the real file has 13 more candidates)."""
+    registry = tmp_path / "registry"
+    shutil.copytree(project_dir / "registry", registry)
+    text = (registry / "D2.md").read_text()
+    (registry / "D2.md").write_text(text.replace('anchor = "if (np > 1 && threadIdx.y % np == 0) {"\n', ""))
+    recorded, tree = _tree("b9084", tmp_path / "tree")
+    argv = ["--registry", str(registry), "registry", "verify", "--source", str(tree.source), "D2"]
+    assert main(argv) == 65
+    out = capsys.readouterr().out
+    assert ("D2.md: location.sites[0]: src/ggml-cuda/fattn-mma-f16.cuh: the line holding `__syncthreads();`: "
+            "ambiguous: 2 candidates, line 1400 (after line 1355: `if (np > 1 && threadIdx.y % np == 0) {`); "
+            "line 1425 (after line 1421: `} else if (np > 1) {`)") in out
+
+
+def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_commit(tmp_path, registry):
+    """BeeLlama 775450a68 as the H200 verified it (56 facts, 0 mismatches), now from its evidence:
+    every site found by its context at the line `at` records for that commit."""
+    recorded, tree = _tree_of("fork-775450a68-facts.json", tmp_path)
+    reports = verify_entries(registry.entries, tree)
+    assert _said(reports) == recorded["verify"]
+    assert (sum(r.checked for r in reports), [m for r in reports for m in r.mismatches]) == (56, [])
+    placed = {(r.entry_id, s.key): (s.placement.at, s.placement.recorded) for r in reports for s in r.sites}
+    assert placed == {
+        ("D1", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn.cu:380", 380),
+        ("D2", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn-mma-f16.cuh:1607", 1607),
+        ("D7", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn-mma-kvarn-case.cuh:178", 178),
+        ("D7", "location.sites[1]"): ("ggml/src/ggml-cuda/fattn-mma-kvarn-case.cuh:245", 245),
+        ("D7", "location.sites[2]"): ("ggml/src/ggml-cuda/fattn-mma-f16.cuh:1149", 1149),
+    }
