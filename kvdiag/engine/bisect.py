@@ -110,7 +110,8 @@ def bisect_step(entry: Entry, *, source: Path, build_dir: Path, recipe: BuildRec
     step_dir: RunDir | None = None
     outcome_record: StepRecord
     try:
-        step_dir = store.create(f"{entry.id}-bisect-step")
+        step_dir = store.create(f"{entry.id}-bisect-step",
+                                RunRecord(entry=f"{entry.id}-bisect-step", status="running", kind="bisect-step"))
         logs = step_dir.logs
         commit = Git(source, logs, "git-step").out("rev-parse", "HEAD", name="head")
         try:
@@ -235,11 +236,10 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
     progress = progress or Progress()
     entry = request.entry
     store = RunStore(home)
-    run_dir = store.create(f"{entry.id}-bisect")
-    logs = run_dir.logs
     running = RunRecord(entry=f"{entry.id}-bisect", status="running", kind="bisect",
                         fields={"good": request.good, "bad": request.bad, "source": str(request.source)})
-    run_dir.write_record(running)
+    run_dir = store.create(f"{entry.id}-bisect", running)
+    logs = run_dir.logs
     source = repo_toplevel(request.source, logs)
     good = resolve_commit(source, request.good, logs)
     bad = resolve_commit(source, request.bad, logs)

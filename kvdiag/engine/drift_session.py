@@ -34,9 +34,8 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
     if not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
     progress = progress or Progress()
-    run_dir = RunStore(kvdiag_home()).create(f"drift-{entry.id if entry else op}")
     running = RunRecord(entry=entry.id if entry else None, status="running", kind="drift")
-    run_dir.write_record(running)
+    run_dir = RunStore(kvdiag_home()).create(f"drift-{entry.id if entry else op}", running)
     if not fingerprint_gpu(log_dir=run_dir.logs).available:      # drift repeats GPU cases: nothing to measure
         reason = "no CUDA GPU is visible on this machine: drift measures GPU results"
         run_dir.write_record(running.with_status("finished", verdict="skipped", reason=reason))

@@ -47,7 +47,8 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     params = params or entry.scan.params
     progress = progress or Progress()
     home = kvdiag_home()
-    run_dir = RunStore(home).create(f"scan-{entry.id}")
+    run_dir = RunStore(home).create(f"scan-{entry.id}", RunRecord(entry=entry.id, status="running", kind="scan",
+                                                                   fields={"op": op, "params": params}))
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
     from kvdiag.engine.applicability import judge_applicability
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -217,12 +218,24 @@ class RunStore:
         self.home = Path(home)
         self.root = self.home / "runs"
 
-    def create(self, label: str) -> RunDir:
+    def create(self, label: str, first: RunRecord | None = None) -> RunDir:
+        """A new run folder, born with its run.json: ``first`` (default: a "running" run of
+        ``label``). A run cut short anywhere after this (a signal, a bad build, an error) is
+        then closed by :func:`finish_open_runs` with what ended it; no folder is ever left
+        without a run.json for `kvdiag runs` to call unreadable. A folder whose first record
+        cannot be written is removed again."""
         from kvdiag.home import home_folder
 
         path = home_folder(self.home, "runs") / new_run_id(label)
         path.mkdir(exist_ok=False)
-        return RunDir(path)
+        run = RunDir(path)
+        try:
+            run.write_record(first if first is not None else RunRecord(entry=label, status="running"))
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            _open_runs.pop(path, None)
+            raise
+        return run
 
     def all_dirs(self) -> list[RunDir]:
         """Every run folder, readable or not, in creation order."""

@@ -127,3 +127,75 @@ def signal_when_started(proc: subprocess.Popen, build: Path, sig: int) -> tuple[
 
 
 __all__ = ["Faults", "assert_all_gone", "one_line", "pids_of", "signal", "signal_when_started"]
+
+
+# --------------------------------------------------------------------------- issue 28: GPU tools, projects, stores
+
+SCENARIOS = REPO / "tests" / "scenarios"
+
+
+def fake_gpu_toolchain(kv: Faults, sanitizer_mode: str) -> tuple[dict[str, str], Path]:
+    """(environment, compute-sanitizer) of a host with one H200, an nvcc that "compiles"
+    anything (tests/controls/fake_nvcc.py) and the tests' one fake compute-sanitizer in
+    ``sanitizer_mode`` (tests/scenarios/fake_compute_sanitizer.py; `hangs` writes its pids to
+    ``<sanitizer's folder>/pids``, one line per run)."""
+    env = kv.one_gpu()
+    nvcc = kv.root / "smi-bin" / "nvcc"
+    shutil.copyfile(REPO / "tests" / "controls" / "fake_nvcc.py", nvcc)
+    nvcc.chmod(0o755)
+    folder = kv.root / "sanitizer"
+    folder.mkdir(exist_ok=True)
+    sanitizer = folder / "compute-sanitizer"
+    shutil.copyfile(SCENARIOS / "fake_compute_sanitizer.py", sanitizer)
+    sanitizer.chmod(0o755)
+    (folder / "compute-sanitizer.mode").write_text(sanitizer_mode)
+    return env, sanitizer
+
+
+def started_runs(folder: Path) -> int:
+    """How many runs of a stand-in wrote their line to ``folder/pids`` (0 when none did)."""
+    path = folder / "pids"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def git_project(root: Path, kernels: list[str]) -> tuple[Path, list[str]]:
+    """The synthetic project of tests/scenarios/git/project, one commit per kernel text
+    (``uniform``, ``divergent``); returns (its folder, the commits, oldest first)."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True,
+                              env={**os.environ, **GIT_ENV})
+        return done.stdout.strip()
+
+    root.mkdir(parents=True)
+    git("-c", "init.defaultBranch=main", "init", "-q")
+    for item in (SCENARIOS / "git" / "project").iterdir():
+        if item.suffix == ".py":
+            shutil.copy(item, root / item.name)
+    commits = []
+    for n, kernel in enumerate(kernels):
+        (root / "kernel.txt").write_text(f"kernel v1\nbarrier: {kernel}\nend\n")
+        (root / "README").write_text(f"commit {n}\n")
+        git("add", "-A")
+        git("commit", "-q", "-m", f"{n}: {kernel}")
+        commits.append(git("rev-parse", "HEAD"))
+    return root, commits
+
+
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "Test",
+           "GIT_AUTHOR_EMAIL": "test@example.invalid", "GIT_COMMITTER_NAME": "Test",
+           "GIT_COMMITTER_EMAIL": "test@example.invalid"}
+
+
+def no_run_left_open(kv: Faults) -> list[str]:
+    """Every run folder's run.json and its status: none may be missing or still "running"."""
+    seen = []
+    for run in kv.runs():
+        path = run / "run.json"
+        assert path.is_file(), f"{run.name} has no run.json"
+        status = json.loads(path.read_text())["status"]
+        assert status != "running", f"{run.name} is still running"
+        seen.append(f"{run.name}: {status}")
+    return seen
+
+
+__all__ += ["fake_gpu_toolchain", "git_project", "no_run_left_open", "started_runs"]
