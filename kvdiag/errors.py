@@ -134,7 +134,12 @@ class DataError(KvdiagError):
 
 
 class RunUnreadable(DataError):
-    """A run.json that cannot be read: reported as such, never skipped silently for an older run."""
+    """A run.json that cannot be read: reported as such, never skipped silently for an older run.
+    ``.why`` says what is wrong without the path (a listing's row already names the run)."""
+
+    def __init__(self, message: str, why: str | None = None):
+        super().__init__(message)
+        self.why = why or message
 
 
 class HistoryUnreadable(DataError):

@@ -16,7 +16,6 @@ on success, failure and Ctrl-C.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -35,7 +34,7 @@ from kvdiag.engine.scratch_build import BuildFailed, BuildRecipe, build_tree
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Verdict
 from kvdiag.errors import HarnessError, UsageError
-from kvdiag.fileio import write_atomic
+from kvdiag.fileio import load_json_file, write_atomic
 from kvdiag.exitcodes import ExitCode
 from kvdiag.probes.worktree import Git, porcelain_status, repo_toplevel, resolve_commit, scratch_worktree
 from kvdiag.proc.runner import CommandInterrupted
@@ -84,7 +83,7 @@ class StepRecord:
 
 def read_steps(path: Path) -> list[dict[str, Any]]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = load_json_file(path)
     except (OSError, ValueError):
         return []
     return data if isinstance(data, list) else []

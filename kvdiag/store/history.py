@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kvdiag.errors import HistoryUnreadable
+from kvdiag.fileio import parse_json
 from kvdiag.home import kvdiag_home
 from kvdiag.records.verdict import Outcome
 from kvdiag.store.runs import RunStore
@@ -190,8 +191,11 @@ def _date_of_run(run_id: str, path: Path) -> str:
     return stamp.isoformat()
 
 
-def sync_run_store(home: Path | None = None) -> int:
-    """Record every finished entry run of the run store not yet in the history; returns how many."""
+def sync_run_store(home: Path | None = None, unreadable: list[tuple[str, str]] | None = None) -> int:
+    """Record every finished entry run of the run store not yet in the history; returns how many.
+
+    A run whose run.json cannot be read is left out of the history, never the end of it:
+    with ``unreadable`` it is named there, (run id, why), for the caller to say so."""
     home = home or kvdiag_home()
     added = 0
     with closing(_connect(home)) as conn, conn:
@@ -201,7 +205,9 @@ def sync_run_store(home: Path | None = None) -> int:
                 continue
             try:
                 record = run.record()
-            except (OSError, KeyError, TypeError, ValueError):
+            except (OSError, KeyError, TypeError, ValueError) as exc:
+                if unreadable is not None:
+                    unreadable.append((run.run_id, f"{type(exc).__name__}: {exc}"))
                 continue
             if not record.finished or record.outcome is None:
                 continue
@@ -226,4 +232,13 @@ def sweeps(*, home: Path | None = None) -> list[dict[str, Any]]:
     """Every recorded sweep, oldest first (counts decoded)."""
     with closing(_connect(home)) as conn:
         rows = conn.execute("SELECT * FROM sweeps ORDER BY started_at, id").fetchall()
-    return [{**dict(r), "counts": json.loads(r["counts"])} for r in rows]
+    return [{**dict(r), "counts": _counts(r["counts"])} for r in rows]
+
+
+def _counts(text: Any) -> dict[str, Any] | None:
+    """A sweep row's counts; None when the row holds something else (a hand-edited database)."""
+    try:
+        counts = parse_json(text)
+    except (TypeError, ValueError):
+        return None
+    return counts if isinstance(counts, dict) else None

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kvdiag.errors import RunUnreadable, UsageError
-from kvdiag.fileio import write_json
+from kvdiag.fileio import load_json_file, write_json
 from kvdiag.records.run import RUN_SCHEMA_VERSION, RunRecord
 
 RUN_FILE = "run.json"
+MAX_RUN_FILE_BYTES = 64 << 20     # a scan of thousands of cases writes a few MB
 FINAL_STATES = ("finished", "interrupted", "failed")
 _ID = re.compile(r"^(?P<date>\d{8})-(?P<time>\d{6})(?:\.(?P<micro>\d{6})-(?P<seq>\d+))?-(?P<label>.+?)"
                  r"(?P<legacy>-[0-9a-f]{4})?$")
@@ -156,19 +157,20 @@ class RunDir:
         return RunRecord.from_dict(self.read())
 
     def read(self, name: str = RUN_FILE) -> dict[str, Any]:
-        return json.loads((self.path / name).read_text(encoding="utf-8"))
+        """A JSON file of this run, bounded in size and depth (OSError, ValueError)."""
+        return load_json_file(self.path / name, MAX_RUN_FILE_BYTES)
 
     def read_checked(self) -> dict[str, Any]:
         """run.json as a mapping, or RunUnreadable saying what is wrong with it."""
         path = self.path / RUN_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = self.read()
         except OSError as exc:
-            raise RunUnreadable(f"cannot read {path}: {exc.strerror}") from None
+            raise RunUnreadable(f"cannot read {path}: {exc.strerror}", f"cannot read run.json: {exc.strerror}") from None
         except ValueError as exc:
-            raise RunUnreadable(f"{path} is not valid JSON: {exc}") from None
+            raise RunUnreadable(f"{path} is not valid JSON: {exc}", f"run.json is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
-            raise RunUnreadable(f"{path} is not a JSON object")
+            raise RunUnreadable(f"{path} is not a JSON object", "run.json is not a JSON object")
         return data
 
 
