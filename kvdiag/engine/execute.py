@@ -30,7 +30,7 @@ from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.proc.signals import interruption
 from kvdiag.proc.slots import SlotPool, slots_for_memory
 from kvdiag.progress import Progress
-from kvdiag.records.run import RunRecord
+from kvdiag.records.run import RunRecord, log_truncation
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.server import completion_requests, run_server_attempt
 from kvdiag.store.runs import RunDir
@@ -145,6 +145,10 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         _finish(run_dir, header, outcome)
         return outcome
     verdict, reason = aggregate(attempts)
+    cut = log_truncation(attempts)
+    if cut is not None:
+        warnings.append(f"{cut['bytes_lost']} bytes of output never reached the logs ({cut['error']}): "
+                        "what the verdict read was cut short (log_truncated in run.json)")
     extra, interrupted = _attribute(entry, step, target, run_dir, attempts, verdict, options, gate_provider)
     interrupted = interrupted or _cancelled(options)
     if extra.get("case"):

@@ -199,3 +199,37 @@ def no_run_left_open(kv: Faults) -> list[str]:
 
 
 __all__ += ["fake_gpu_toolchain", "git_project", "no_run_left_open", "started_runs"]
+
+
+def spawn_with_file_limit(kv: Faults, limit: int, *args: str) -> subprocess.Popen:
+    """kvdiag as a real process (like `Faults.spawn`) whose files may not grow past ``limit``
+    bytes (RLIMIT_FSIZE): every write past it is refused with EFBIG, as a full disk refuses
+    one with ENOSPC (Python ignores SIGXFSZ). Staged this way on any machine and for any
+    user; the stand-ins kvdiag runs write to pipes, not files, and are not limited by it."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    kv.out_path, kv.err_path = kv.root / "kvdiag.out", kv.root / "kvdiag.err"
+    with open(kv.out_path, "wb") as out, open(kv.err_path, "wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "kvdiag.cli", *map(str, args)], env=env, cwd=kv.root,
+                                stdout=out, stderr=err, preexec_fn=limited)
+
+
+def small_tmpfs(folder: Path, size: str = "300k") -> bool:
+    """Mount a tmpfs of ``size`` on ``folder`` (a full disk, for real); False where mounting is not allowed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True, timeout=30)
+    return done.returncode == 0
+
+
+def unmount(folder: Path) -> None:
+    subprocess.run(["umount", str(folder)], capture_output=True, timeout=30)
+
+
+__all__ += ["small_tmpfs", "spawn_with_file_limit", "unmount"]
