@@ -13,7 +13,7 @@ from kvdiag.progress import Progress
 from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore
-from kvdiag.target.build import inspect_build, probe_backend_ops
+from kvdiag.target.build import check_build_dir, inspect_build, probe_backend_ops
 from kvdiag.target.gpu import fingerprint_gpu
 
 
@@ -33,6 +33,7 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
                       progress: Progress | None = None) -> DriftSession:
     if not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
+    check_build_dir(build_dir)               # before the drift's run folder is made
     progress = progress or Progress()
     running = RunRecord(entry=entry.id if entry else None, status="running", kind="drift")
     run_dir = RunStore(kvdiag_home()).create(f"drift-{entry.id if entry else op}", running)

@@ -30,6 +30,7 @@ from kvdiag.engine.devices import describe
 from kvdiag.engine.execute import GateProvider, RunInterrupted, RunOptions, run_entry
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.target import prepare_target
+from kvdiag.target.build import check_build_dir
 from kvdiag.engine.verdict import Outcome, Verdict
 from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.exitcodes import ExitCode
@@ -256,6 +257,8 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
     entries = shard_entries(selection, shard)
     if save is not None:
         check_sweep_path(save)    # before the first entry, not after the last
+    if build_dir is not None:
+        check_build_dir(build_dir)           # before the sweep's run folder is made
     home = kvdiag_home()
     store = RunStore(home)
     choices = {"skip_builds": skip_builds, "step_budget_s": step_budget}
