@@ -38,6 +38,9 @@ one-error   run PROGRAM, write a one-error memcheck report to F, exit N (or the
 hangs       a tool that never finishes: start a child that leaves the session (setsid)
             and hangs, append "<own pid> <child pid>" to `pids` next to the installed
             copy (one line per run: how many controls started), never run PROGRAM, hang.
+canaries-hang  `hangs` when PROGRAM is one of kvdiag's canaries (an nvcc-built `*.exe`, or
+            `python -m kvdiag.controls.launch`), `follow` otherwise: a control that hangs
+            after the step it would prove ran clean.
 """
 import json
 import os
@@ -139,8 +142,11 @@ def hang() -> None:
     sys.exit(1)
 
 
-if mode == "hangs":
+if mode == "hangs" or (mode == "canaries-hang" and program
+                       and (program[0].endswith(".exe") or "kvdiag.controls.launch" in program)):
     hang()
+if mode == "canaries-hang":
+    mode = "follow"
 if "--log-file" not in opts:
     streamed()
 log_file = Path(opts["--log-file"].replace("%%", "%"))
