@@ -208,7 +208,7 @@ class SanitizerReport:
     @property
     def is_clean(self) -> bool:
         """Ran to the end, found nothing, and the tool itself did not fail."""
-        if not self.has_summary or self.findings or self.tool_errors:
+        if not self.has_summary or self.printed_count or self.tool_errors:
             return False
         if self.error_count:
             return False

@@ -17,9 +17,10 @@ real site when the report ends.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, replace
 
-from kvdiag.parse.sanitizer import (MARKER, RacecheckSummary, SanitizerFinding, SanitizerSite, ReportReader,
+from kvdiag.parse.sanitizer import (MARKER, ReportReader, SanitizerFinding, SanitizerReport, SanitizerSite,
                                     check_tool)
 from kvdiag.parse.text import clean_line
 
@@ -29,25 +30,16 @@ _LATE = "\0tool named later"
 
 
 @dataclass(frozen=True)
-class SanitizerDigest:
-    """A :class:`~kvdiag.parse.sanitizer.SanitizerReport` without its findings: counted, folded."""
+class SanitizerDigest(SanitizerReport):
+    """A report whose findings were counted and folded into its sites, not kept (``findings`` is
+    empty): ``printed`` says how many there were, ``instantiations`` what they named, in order."""
 
-    tool: str | None
-    sites: tuple[SanitizerSite, ...]
-    printed_count: int
-    instantiations: tuple[str, ...]
-    error_count: int | None = None
-    not_printed: int | None = None
-    racecheck: RacecheckSummary | None = None
-    summary_lines: tuple[str, ...] = ()
-    target_error: bool = False
-    process_failed: bool = False
-    tool_errors: tuple[str, ...] = ()
-    banner: bool = False
+    printed: int = 0
+    instantiations: tuple[str, ...] = ()
 
     @property
-    def has_summary(self) -> bool:
-        return self.error_count is not None or self.racecheck is not None
+    def printed_count(self) -> int:
+        return self.printed
 
 
 @dataclass
@@ -103,12 +95,9 @@ class SanitizerDigester:
 
     def result(self) -> SanitizerDigest:
         report = self._parser.result()            # closes the last block; keeps no finding
-        return SanitizerDigest(
-            tool=report.tool, sites=self._sites(report.tool), printed_count=self._printed,
-            instantiations=tuple(self._instantiations), error_count=report.error_count,
-            not_printed=report.not_printed, racecheck=report.racecheck, summary_lines=report.summary_lines,
-            target_error=report.target_error, process_failed=report.process_failed,
-            tool_errors=report.tool_errors, banner=report.banner)
+        fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
+        return SanitizerDigest(**{**fields, "sites": self._sites(report.tool)}, printed=self._printed,
+                               instantiations=tuple(self._instantiations))
 
     def _sites(self, report_tool: str | None) -> tuple[SanitizerSite, ...]:
         folds: dict[tuple, _Fold] = {}

@@ -158,34 +158,6 @@ def started_runs(folder: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def git_project(root: Path, kernels: list[str]) -> tuple[Path, list[str]]:
-    """The synthetic project of tests/scenarios/git/project, one commit per kernel text
-    (``uniform``, ``divergent``); returns (its folder, the commits, oldest first)."""
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True,
-                              env={**os.environ, **GIT_ENV})
-        return done.stdout.strip()
-
-    root.mkdir(parents=True)
-    git("-c", "init.defaultBranch=main", "init", "-q")
-    for item in (SCENARIOS / "git" / "project").iterdir():
-        if item.suffix == ".py":
-            shutil.copy(item, root / item.name)
-    commits = []
-    for n, kernel in enumerate(kernels):
-        (root / "kernel.txt").write_text(f"kernel v1\nbarrier: {kernel}\nend\n")
-        (root / "README").write_text(f"commit {n}\n")
-        git("add", "-A")
-        git("commit", "-q", "-m", f"{n}: {kernel}")
-        commits.append(git("rev-parse", "HEAD"))
-    return root, commits
-
-
-GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "Test",
-           "GIT_AUTHOR_EMAIL": "test@example.invalid", "GIT_COMMITTER_NAME": "Test",
-           "GIT_COMMITTER_EMAIL": "test@example.invalid"}
-
-
 def no_run_left_open(kv: Faults) -> list[str]:
     """Every run folder's run.json and its status: none may be missing or still "running"."""
     seen = []
@@ -198,7 +170,7 @@ def no_run_left_open(kv: Faults) -> list[str]:
     return seen
 
 
-__all__ += ["fake_gpu_toolchain", "git_project", "no_run_left_open", "started_runs"]
+__all__ += ["fake_gpu_toolchain", "no_run_left_open", "started_runs"]
 
 
 def spawn_with_file_limit(kv: Faults, limit: int, *args: str) -> subprocess.Popen:
