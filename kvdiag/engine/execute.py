@@ -145,10 +145,6 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         _finish(run_dir, header, outcome)
         return outcome
     verdict, reason = aggregate(attempts)
-    cut = log_truncation(attempts)
-    if cut is not None:
-        warnings.append(f"{cut['bytes_lost']} bytes of output never reached the logs ({cut['error']}): "
-                        "what the verdict read was cut short (log_truncated in run.json)")
     extra, interrupted = _attribute(entry, step, target, run_dir, attempts, verdict, options, gate_provider)
     interrupted = interrupted or _cancelled(options)
     if extra.get("case"):
@@ -164,12 +160,21 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         notes, site = confirmed_notes(entry, target, attempts)
         warnings += notes
         extra = {**extra, **({"site": site} if site else {})}
-    outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings)), step.name,
-                      time.monotonic() - started, {**extra, **({"interrupted": True} if interrupted else {})})
+    outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings + _cut(attempts))),
+                      step.name, time.monotonic() - started, {**extra, **({"interrupted": True} if interrupted else {})})
     _finish(run_dir, header, outcome)
     if interrupted:
         raise RunInterrupted(outcome)
     return outcome
+
+
+def _cut(attempts: list[Attempt]) -> list[str]:
+    """The warning a run gets when a refused write cut its logs (the verdict may not rest on them)."""
+    cut = log_truncation(attempts)
+    if cut is None:
+        return []
+    return [f"{cut['bytes_lost']} bytes of output never reached the logs ({cut['error']}): what the verdict "
+            "read was cut short (log_truncated in run.json)"]
 
 
 def confirmed_notes(entry: Entry, target: Target, attempts: list[Attempt]) -> tuple[list[str], dict | None]:
