@@ -431,7 +431,7 @@ def runs_cmd(ctx: Context, limit: int, entry: str | None) -> int:
             data = run.read_checked()
         except RunUnreadable as exc:
             if not entry or run.label.upper() == entry.upper():
-                rows.append((run.run_id, run.label, "unreadable", clip(str(exc), 70), ""))
+                rows.append((run.run_id, run.label, "unreadable", clip(exc.why, 70), ""))
             continue
         if entry and data.get("entry") != entry:
             continue

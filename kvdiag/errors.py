@@ -44,8 +44,18 @@ class CommandNotFound(CommandError):
     """The program does not exist, is not a file, or cannot be executed. Nothing was started."""
 
 
-class CommandInterrupted(CommandError):
-    """Ctrl-C while a command ran. The group was killed and the logs written; ``.result`` is partial."""
+class CommandInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, SIGHUP) while a command ran. The group was killed and the logs written;
+    ``.result`` is partial.
+
+    Not an error, so not a :class:`CommandError` nor even an ``Exception``: the user's stop
+    is a ``KeyboardInterrupt``, which no ``except CommandError``/``except KvdiagError``/
+    ``except Exception`` written for a *failure* can swallow. As a ``CommandError`` it was
+    caught by `kvdiag doctor` as "compute-sanitizer cannot be run": each signal ended one
+    control, the next one started, and later signals were ignored (issue 28). Only code
+    that handles an interruption catches it (``except CommandInterrupted``, or
+    ``except KeyboardInterrupt``, which Ctrl-C itself raises everywhere else).
+    """
 
     exit_code = ExitCode.INTERRUPTED
 
@@ -124,7 +134,12 @@ class DataError(KvdiagError):
 
 
 class RunUnreadable(DataError):
-    """A run.json that cannot be read: reported as such, never skipped silently for an older run."""
+    """A run.json that cannot be read: reported as such, never skipped silently for an older run.
+    ``.why`` says what is wrong without the path (a listing's row already names the run)."""
+
+    def __init__(self, message: str, why: str | None = None):
+        super().__init__(message)
+        self.why = why or message
 
 
 class HistoryUnreadable(DataError):

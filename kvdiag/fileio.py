@@ -36,8 +36,8 @@ from typing import Any, BinaryIO, Iterator
 from kvdiag.errors import OutputRefused, UsageError, WriteFailed
 from kvdiag.trust import foreign_link
 
-__all__ = ["OutputRefused", "WriteFailed", "atomic_file", "output_target", "write_atomic", "write_json",
-           "written_as"]
+__all__ = ["JSONTooDeep", "JSONTooLarge", "OutputRefused", "WriteFailed", "atomic_file", "load_json_file",
+           "output_target", "parse_json", "read_json", "write_atomic", "write_json", "written_as"]
 
 
 def _kind(mode: int) -> str:
@@ -166,6 +166,57 @@ def write_json(path: Path | str, data: Any) -> Path:
 
 
 MAX_JSON_BYTES = 256 << 20     # a sweep of every entry is a few MB; more is not a file kvdiag wrote
+MAX_JSON_DEPTH = 64            # kvdiag's own documents nest less than 10 deep
+
+
+class JSONTooDeep(ValueError):
+    """A JSON document nested deeper than kvdiag reads: malformed, like any other ValueError of JSON."""
+
+
+class JSONTooLarge(ValueError):
+    """A JSON document larger than kvdiag reads into memory."""
+
+
+def parse_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` bounded in depth: the one way kvdiag parses JSON it did not just make.
+
+    ``'[' * 100000`` made ``json.loads`` raise RecursionError, which every reader let
+    through (`kvdiag runs`, `history` and `report` died with exit 70 on one such run.json);
+    a document between ~100 and ~1000 levels parsed, then broke whatever walked it
+    recursively. Here both are a :class:`JSONTooDeep`, a ``ValueError``: what each reader
+    already calls a malformed file (an "unreadable" row in a listing, exit 65 for a file
+    named on the command line, a miss for a cache)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise JSONTooDeep(f"the JSON is nested too deeply (more than {max_depth} levels)") from None
+    if _deeper_than(value, max_depth):
+        raise JSONTooDeep(f"the JSON is nested too deeply (more than {max_depth} levels)")
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` containers (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def load_json_file(path: Path | str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file, bounded in size and depth: OSError when it cannot be read, ValueError
+    (:class:`JSONTooLarge`, :class:`JSONTooDeep`, not UTF-8, not JSON) when it is malformed."""
+    with open(path, "rb") as fh:
+        raw = fh.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise JSONTooLarge(f"more than {max_bytes} bytes, too large to be a file kvdiag wrote")
+    return parse_json(raw.decode("utf-8"))
 
 
 def read_json(path: Path | str, what: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
@@ -175,19 +226,14 @@ def read_json(path: Path | str, what: str, max_bytes: int = MAX_JSON_BYTES) -> A
 
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise DataError(f"{path}: {size} bytes is too large for a {what} (limit {max_bytes})")
-        text = path.read_bytes().decode("utf-8")
+        return load_json_file(path, max_bytes)
     except FileNotFoundError:
         raise UsageError(f"no such {what} file: {path}") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not a {what}: byte {exc.start} is not UTF-8") from None
+    except JSONTooLarge:
+        raise DataError(f"{path}: {path.stat().st_size} bytes is too large for a {what} (limit {max_bytes})") from None
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise DataError(f"{path}: not a {what}: the JSON is nested too deeply") from None
     except ValueError as exc:
         raise DataError(f"{path}: not a {what}: {exc}") from None

@@ -38,8 +38,32 @@ def finish(code: int, reason: str, own_process: bool) -> int:
     return code
 
 
+def undecodable(args: list[str], environ: dict[str, str] | None = None) -> str | None:
+    """Why an argument (or a KVDIAG_*/LLAMA_KV_* variable, which stand for arguments) is no
+    UTF-8 text, or None. Python hands undecodable bytes over as surrogates; kvdiag writes ids
+    and paths into UTF-8 records (run.json, the history, logs), so they are refused up front
+    (exit 64) instead of failing later as kvdiag's own error (exit 70)."""
+    environ = dict(os.environ if environ is None else environ)
+    named = [(f"argument {i}", a) for i, a in enumerate(args, start=1)]
+    named += [(f"${k}", v) for k, v in sorted(environ.items()) if k.startswith(("KVDIAG_", "LLAMA_KV_"))]
+    for what, value in named:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            try:        # as the bytes were given (a file name), else as the text is
+                shown = value.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+            except UnicodeEncodeError:
+                shown = ascii(value)[1:-1]
+            return (f"{what} ({shown}) is not valid UTF-8: kvdiag records ids and paths as UTF-8 text; "
+                    "rename it or give another")
+    return None
+
+
 def dispatch(group: click.Group, args: list[str]) -> tuple[int, str]:
     """Run the command; (exit code, the one-line reason when it failed)."""
+    why = undecodable(args)
+    if why is not None:
+        return _say(why, ExitCode.USAGE)
     try:
         result = group.main(args=args, prog_name="kvdiag", standalone_mode=False)
     except click.exceptions.Exit as exc:

@@ -396,17 +396,29 @@ COMMANDS = (probe_group, verify_cmd, bisect_cmd, bisect_step_cmd)
 
 
 def _standalone(argv: Sequence[str] | None = None) -> int:
-    """``python -m kvdiag.commands.probes bisect-step …`` without the main CLI."""
+    """``python -m kvdiag.commands.probes bisect-step …`` without the main CLI.
+
+    As a program it owns its process the way `kvdiag` does (kvdiag.commands.exits): when
+    `kvdiag bisect` is stopped, git's process group (this step among it) gets SIGTERM; the
+    step then ends its build or run, closes its run folders as interrupted and ends its
+    descendants, instead of dying with a run.json that says "running"."""
+    from kvdiag.commands.exits import finish
+    from kvdiag.proc import signals
+
+    own_process = argv is None
+    if own_process:
+        signals.install()
     group = click.Group("kvdiag", commands={c.name: c for c in COMMANDS})
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         result = group.main(args=args, prog_name="kvdiag", standalone_mode=False)
+        code = int(result) if isinstance(result, int) else 0
     except click.ClickException as exc:
         exc.show()
-        return 125 if args[:1] == ["bisect-step"] else int(ExitCode.USAGE)
+        code = 125 if args[:1] == ["bisect-step"] else int(ExitCode.USAGE)
     except (KeyboardInterrupt, click.exceptions.Abort):
-        return int(ExitCode.INTERRUPTED)
-    return int(result) if isinstance(result, int) else 0
+        code = int(ExitCode.INTERRUPTED)
+    return finish(code, "", own_process)
 
 
 if __name__ == "__main__":

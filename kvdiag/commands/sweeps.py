@@ -225,6 +225,7 @@ def history_cmd(ctx, entry_id, limit, fmt) -> int:
     from tabulate import tabulate
 
     from kvdiag.store.history import history, sync_run_store
+    from kvdiag.store.runs import id_label
 
     known = True
     try:
@@ -232,7 +233,11 @@ def history_cmd(ctx, entry_id, limit, fmt) -> int:
     except UsageError:
         known = False
         entry_id = entry_id.strip().upper()  # an entry since removed from the registry still has a history
-    sync_run_store()
+    unreadable: list[tuple[str, str]] = []
+    sync_run_store(unreadable=unreadable)
+    for run_id, why in unreadable:
+        if id_label(run_id).upper() == entry_id.upper():
+            click.echo(f"kvdiag: run {run_id} cannot be read and is not in this history ({why})", err=True)
     rows = history(entry_id)[-limit:]
     if not rows and not known:
         raise UsageError(f"no defect {entry_id!r} in the registry, and no recorded outcome of it")

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Iterator
 
 from kvdiag.controls.gate import Gate
 from kvdiag.errors import HarnessError
+from kvdiag.fileio import parse_json
 
 __all__ = [
     "CONTROLS_FILE",
@@ -135,7 +136,7 @@ def _read(home: Path) -> dict[str, Any]:
     except OSError as exc:
         raise HarnessError(f"cannot read {path}: {exc}") from None
     try:
-        doc = json.loads(text)
+        doc = parse_json(text)
     except ValueError:
         # A torn or hand-broken cache proves nothing: treat it as empty, controls run again.
         return {}

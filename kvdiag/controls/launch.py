@@ -39,6 +39,7 @@ from typing import Sequence
 
 from kvdiag.controls.canaries import CANARIES, CANARY_DIR, Canary, MarkerError
 from kvdiag.errors import CompileError
+from kvdiag.fileio import parse_json
 
 __all__ = [
     "DEFAULT_ARCH",
@@ -271,7 +272,7 @@ def parse_launcher_line(stdout: str) -> dict | None:
         line = line.strip()
         if line.startswith("{") and '"launcher"' in line:
             try:
-                doc = json.loads(line)
+                doc = parse_json(line)
             except ValueError:
                 continue
             if isinstance(doc, dict) and "launcher" in doc and "ok" in doc:

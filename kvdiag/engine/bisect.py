@@ -16,7 +16,6 @@ on success, failure and Ctrl-C.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -35,7 +34,7 @@ from kvdiag.engine.scratch_build import BuildFailed, BuildRecipe, build_tree
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.verdict import Verdict
 from kvdiag.errors import HarnessError, UsageError
-from kvdiag.fileio import write_atomic
+from kvdiag.fileio import load_json_file, write_atomic
 from kvdiag.exitcodes import ExitCode
 from kvdiag.probes.worktree import Git, porcelain_status, repo_toplevel, resolve_commit, scratch_worktree
 from kvdiag.proc.runner import CommandInterrupted
@@ -84,7 +83,7 @@ class StepRecord:
 
 def read_steps(path: Path) -> list[dict[str, Any]]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = load_json_file(path)
     except (OSError, ValueError):
         return []
     return data if isinstance(data, list) else []
@@ -110,7 +109,8 @@ def bisect_step(entry: Entry, *, source: Path, build_dir: Path, recipe: BuildRec
     step_dir: RunDir | None = None
     outcome_record: StepRecord
     try:
-        step_dir = store.create(f"{entry.id}-bisect-step")
+        step_dir = store.create(f"{entry.id}-bisect-step",
+                                RunRecord(entry=f"{entry.id}-bisect-step", status="running", kind="bisect-step"))
         logs = step_dir.logs
         commit = Git(source, logs, "git-step").out("rev-parse", "HEAD", name="head")
         try:
@@ -235,11 +235,10 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
     progress = progress or Progress()
     entry = request.entry
     store = RunStore(home)
-    run_dir = store.create(f"{entry.id}-bisect")
-    logs = run_dir.logs
     running = RunRecord(entry=f"{entry.id}-bisect", status="running", kind="bisect",
                         fields={"good": request.good, "bad": request.bad, "source": str(request.source)})
-    run_dir.write_record(running)
+    run_dir = store.create(f"{entry.id}-bisect", running)
+    logs = run_dir.logs
     source = repo_toplevel(request.source, logs)
     good = resolve_commit(source, request.good, logs)
     bad = resolve_commit(source, request.bad, logs)

@@ -14,7 +14,7 @@ from kvdiag.progress import Progress
 from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore
-from kvdiag.target.build import inspect_build, probe_backend_ops
+from kvdiag.target.build import check_build_dir, inspect_build, probe_backend_ops
 from kvdiag.target.gpu import fingerprint_gpu
 from kvdiag.target.history import TreeHistory
 
@@ -35,10 +35,10 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
                       progress: Progress | None = None) -> DriftSession:
     if not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
+    check_build_dir(build_dir)               # before the drift's run folder is made
     progress = progress or Progress()
-    run_dir = RunStore(kvdiag_home()).create(f"drift-{entry.id if entry else op}")
     running = RunRecord(entry=entry.id if entry else None, status="running", kind="drift")
-    run_dir.write_record(running)
+    run_dir = RunStore(kvdiag_home()).create(f"drift-{entry.id if entry else op}", running)
     if not fingerprint_gpu(log_dir=run_dir.logs).available:      # drift repeats GPU cases: nothing to measure
         reason = "no CUDA GPU is visible on this machine: drift measures GPU results"
         run_dir.write_record(running.with_status("finished", verdict="skipped", reason=reason))

@@ -31,7 +31,7 @@ from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.proc.signals import interruption
 from kvdiag.proc.slots import SlotPool, slots_for_memory
 from kvdiag.progress import Progress
-from kvdiag.records.run import RunRecord
+from kvdiag.records.run import RunRecord, log_truncation
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.server import completion_requests, run_server_attempt
 from kvdiag.store.runs import RunDir
@@ -157,9 +157,9 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         warnings += notes
         extra = {**extra, **({"site": site} if site else {})}
     verdict, reason, warnings = after_running(verdict, reason, warnings, presence)
-    outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings)), step.name,
-                      time.monotonic() - started, {**extra, **({"interrupted": True} if interrupted else {})},
-                      range=presence)
+    extra = {**extra, **({"interrupted": True} if interrupted else {})}
+    outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings + _cut(attempts))),
+                      step.name, time.monotonic() - started, extra, range=presence)
     _finish(run_dir, header, outcome)
     if interrupted:
         raise RunInterrupted(outcome)
@@ -178,6 +178,15 @@ def _without_running(entry: Entry, step: Step, judgement, presence, options: Run
         return None
     return Outcome(entry.id, verdict, reason, (), tuple(warnings), step.name, time.monotonic() - started,
                    range=presence)
+
+
+def _cut(attempts: list[Attempt]) -> list[str]:
+    """The warning a run gets when a refused write cut its logs (the verdict may not rest on them)."""
+    cut = log_truncation(attempts)
+    if cut is None:
+        return []
+    return [f"{cut['bytes_lost']} bytes of output never reached the logs ({cut['error']}): what the verdict "
+            "read was cut short (log_truncated in run.json)"]
 
 
 def confirmed_notes(entry: Entry, target: Target, attempts: list[Attempt]) -> tuple[list[str], dict | None]:

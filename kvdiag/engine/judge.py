@@ -1,7 +1,8 @@
 """From one attempt's observations to its verdict. The rules, in order:
 
 1. every signature matcher matched → confirmed (quoting the matched lines);
-2. interrupted or timed out → inconclusive (the partial logs are kept);
+2. interrupted, a log cut by a refused write (a full disk), or timed out → inconclusive
+   (the partial logs are kept; a signature's absence from a cut log proves nothing);
 3. the sanitizer did not finish its report, or reported its own failure → inconclusive;
 4. backend-ops: no matching case executed. All of them "not supported" → not-applicable (the
    backend refuses them, so the defect's kernel is never reached), unless the range places the
@@ -62,6 +63,9 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
         return Verdict.CONFIRMED, "; ".join(m.detail for m in matches)
     if obs.interrupted:
         return Verdict.INCONCLUSIVE, "interrupted before the signature matched (partial logs kept)"
+    cut = log_cut(obs.results)
+    if cut:
+        return Verdict.INCONCLUSIVE, f"{cut}; the signature did not match in the part kept, which says nothing of the rest"
     if obs.timed_out:
         last = next(r for r in obs.results if r.timed_out)
         running = _running_case(obs)
@@ -100,6 +104,16 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
         return Verdict.INCONCLUSIVE, f"the signature did not match, but {gate.reason}"
     measured = "".join(f" ({m.detail})" for m in matches if m.matcher.type == "relative")
     return Verdict.NOT_REPRODUCED, f"{_what_ran(obs)}; the signature did not match{measured}; {gate.reason}"
+
+
+def log_cut(results: Sequence) -> str | None:
+    """What a refused log write cost these commands, in one clause; None when every log is whole."""
+    cut = [r for r in results if getattr(r, "log_cut", 0)]
+    if not cut:
+        return None
+    worst = max(cut, key=lambda r: r.log_cut)
+    return (f"the log was cut: {worst.log_cut} bytes of output never reached logs/{worst.combined_path.name} "
+            f"({worst.log_error or 'the write was refused'})")
 
 
 def _sanitizer_problem(obs: Observations) -> str | None:

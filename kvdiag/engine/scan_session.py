@@ -10,6 +10,7 @@ from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, scan, scan_step
 from kvdiag.engine.scan_batch import batchable
 from kvdiag.engine.target import prepare_target
+from kvdiag.target.build import check_build_dir
 from kvdiag.engine.devices import select_devices
 from kvdiag.errors import ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
@@ -47,7 +48,9 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     params = params or entry.scan.params
     progress = progress or Progress()
     home = kvdiag_home()
-    run_dir = RunStore(home).create(f"scan-{entry.id}")
+    check_build_dir(build_dir)               # before the scan's run folder is made
+    run_dir = RunStore(home).create(f"scan-{entry.id}", RunRecord(entry=entry.id, status="running", kind="scan",
+                                                                   fields={"op": op, "params": params}))
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
     from kvdiag.engine.applicability import judge_applicability
 

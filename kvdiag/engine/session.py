@@ -16,6 +16,7 @@ from kvdiag.progress import Progress
 from kvdiag.records.run import target_record
 from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore
+from kvdiag.target.build import check_build_dir
 
 #: called with each outcome as it is decided, its entry and its run folder (the command prints it)
 OnOutcome = Callable[[Outcome, Entry, Path], None]
@@ -26,6 +27,8 @@ def run_verdicts(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
                  on_outcome: OnOutcome | None = None, progress: Progress | None = None,
                  step_budget: float | None = None) -> list[Outcome]:
     progress = progress or Progress()
+    if build_dir is not None:
+        check_build_dir(build_dir)           # a run that cannot start leaves no run folder
     home = kvdiag_home()
     store = RunStore(home)
     setup = store.create("target")

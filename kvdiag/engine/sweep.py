@@ -31,6 +31,7 @@ from kvdiag.engine.execute import GateProvider, RunInterrupted, RunOptions, run_
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.ranges import look_up_commits
 from kvdiag.engine.target import prepare_target
+from kvdiag.target.build import check_build_dir
 from kvdiag.engine.verdict import Outcome, Verdict
 from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.exitcodes import ExitCode
@@ -257,18 +258,19 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
     entries = shard_entries(selection, shard)
     if save is not None:
         check_sweep_path(save)    # before the first entry, not after the last
+    if build_dir is not None:
+        check_build_dir(build_dir)           # before the sweep's run folder is made
     home = kvdiag_home()
     store = RunStore(home)
-    sweep_dir = store.create("sweep")
-    started_at, started = utc_now(), time.monotonic()
-    progress.say(f"sweep of {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
-                 + shard_label(shard, shard_from, len(selection))
-                 + f"; inspecting {build_dir or 'no build'}")
     choices = {"skip_builds": skip_builds, "step_budget_s": step_budget}
     running = RunRecord(entry="sweep", status="running", kind="sweep", fields={
         "kvdiag_version": __version__, "shard": shard, "shard_from": shard_from, "entries": [e.id for e in entries],
         **choices})
-    sweep_dir.write_record(running)
+    sweep_dir = store.create("sweep", running)
+    started_at, started = utc_now(), time.monotonic()
+    progress.say(f"sweep of {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+                 + shard_label(shard, shard_from, len(selection))
+                 + f"; inspecting {build_dir or 'no build'}")
     target = prepare_target(build_dir, log_dir=sweep_dir.logs, sanitizer=sanitizer, check_staleness=check_staleness,
                             home=home)
     target_dict = target.to_dict()

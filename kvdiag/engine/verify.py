@@ -259,11 +259,10 @@ def verify_fix(request: VerifyRequest, *, home: Path, progress: Progress | None 
     progress = progress or Progress()
     entry = request.entry
     store = RunStore(home)
-    session = store.create(f"{entry.id}-verify")
-    logs = session.logs
     running = RunRecord(entry=f"{entry.id}-verify", status="running", kind="verify",
                         fields={"probes": [p.name for p in request.stack], "source": str(request.source)})
-    session.write_record(running)
+    session = store.create(f"{entry.id}-verify", running)
+    logs = session.logs
     source = repo_toplevel(request.source, logs)
     commit = resolve_commit(source, request.commit, logs)
     warnings = _stack_warnings(entry, request.stack)
@@ -350,7 +349,7 @@ def _reference_warnings(build, commit: str) -> list[str]:
 def _side(label: str, entry: Entry, build_dir: Path, request: VerifyRequest, store: RunStore, home: Path,
           progress: Progress, times: BuildTimes) -> Side:
     """The entry's repro and the numeric test against one build, recorded in the run store."""
-    setup = store.create(f"target-{label}")
+    setup = store.create(f"target-{label}", RunRecord(entry="target", status="running"))
     progress.say(f"{label}: inspecting {build_dir}")
     target = prepare_target(build_dir, log_dir=setup.logs, sanitizer=request.sanitizer,
                             check_staleness=label == "before", home=home)

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from kvdiag.parse.text import dataclass_dict, iter_lines, split_top_level
+from kvdiag.parse.text import clean_line, dataclass_dict, split_top_level
 
 # size: the case records, the status-line grammar and the one-pass reader of one program's
 # output; each part is read only through the others.
@@ -466,9 +466,28 @@ _HANDLERS = (_on_case, _on_structure, _on_late_status, _on_overall, _on_error)
 
 def parse_backend_ops_lines(lines: Iterable[str]) -> BackendOpsReport:
     """Parse test-backend-ops output given as lines (an open file works)."""
-    state = _State()
-    for line_no, line in enumerate(iter_lines(lines), start=1):
-        _feed(state, line, line_no)
+    reader = BackendOpsReader()
+    for line in lines:
+        reader.feed(line)
+    return reader.result()
+
+
+class BackendOpsReader:
+    """The same reader fed one line at a time, for a pass over a big log that several readers share."""
+
+    def __init__(self) -> None:
+        self.state = _State()
+        self.line_no = 0
+
+    def feed(self, line: str) -> None:
+        self.line_no += 1
+        _feed(self.state, clean_line(line), self.line_no)
+
+    def result(self) -> BackendOpsReport:
+        return _report(self.state)
+
+
+def _report(state: _State) -> BackendOpsReport:
     running = state.pending
     if running is not None:
         state.cases.append(running)
@@ -487,7 +506,7 @@ def parse_backend_ops_lines(lines: Iterable[str]) -> BackendOpsReport:
 
 def parse_backend_ops(text: str) -> BackendOpsReport:
     """Parse test-backend-ops output (stdout, or stdout+stderr combined) held in a string."""
-    return parse_backend_ops_lines(iter_lines(text))
+    return parse_backend_ops_lines(text.split("\n"))
 
 
 # ---------------------------------------------------------------- capabilities

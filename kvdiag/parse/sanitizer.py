@@ -18,9 +18,10 @@ iterable, an open file included); only the findings themselves are kept.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvdiag.constants import SANITIZER_TOOLS
@@ -207,7 +208,7 @@ class SanitizerReport:
     @property
     def is_clean(self) -> bool:
         """Ran to the end, found nothing, and the tool itself did not fail."""
-        if not self.has_summary or self.findings or self.tool_errors:
+        if not self.has_summary or self.printed_count or self.tool_errors:
             return False
         if self.error_count:
             return False
@@ -298,12 +299,17 @@ _OLD_SITE = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_site(text: str) -> Frame:
     """Parse what follows ``at`` / ``Device Frame:`` into a Frame.
 
     Accepts ``K(...)+0x15b50 in f.cuh:1538`` (current), ``K(...)+0x15b50``
     (no ``-lineinfo``), ``0x15b50 in f.cuh:1538`` and
     ``0xc8 in f.cuh:75:K(...)`` (older tool versions).
+
+    Memoised: a report repeats a few sites thousands of times (one per thread and block),
+    and splitting a template signature was most of the time of reading one. A Frame is
+    frozen, so one may be shared.
     """
     text = text.strip()
     m = _OLD_SITE.match(text)
@@ -544,11 +550,13 @@ def _marker_regex(prefix: str) -> re.Pattern[str]:
     return re.compile(esc)
 
 
-class _Parser:
-    """Single-pass state machine: one open block at most, findings appended."""
+class ReportReader:
+    """Single-pass state machine: one open block at most, findings appended (or, with
+    ``on_block``, handed over as each block ends and not kept: kvdiag.parse.sanitizer_digest)."""
 
-    def __init__(self, tool: str | None, prefix: str) -> None:
+    def __init__(self, tool: str | None, prefix: str, on_block: Callable[[_Block], None] | None = None) -> None:
         self.tool = tool
+        self.on_block = on_block
         self.detected: str | None = None
         self.marker = _marker_regex(prefix)
         self.block: _Block | None = None
@@ -618,8 +626,16 @@ class _Parser:
     def _close(self) -> None:
         if self.block is not None:
             _refine_kind(self.block)
-            self.blocks.append(self.block)
+            if self.on_block is not None:
+                self.on_block(self.block)
+            else:
+                self.blocks.append(self.block)
             self.block = None
+
+    def finding_tool(self, kind: str) -> str | None:
+        """The tool a finding of ``kind`` is credited to, as far as the lines read so far tell
+        (None: only the rest of the report can tell, or nothing will)."""
+        return self.tool or _KIND_TOOL.get(kind) or self.detected
 
     def result(self) -> SanitizerReport:
         self._close()
@@ -640,6 +656,11 @@ class _Parser:
         )
 
 
+def check_tool(tool: str | None) -> None:
+    if tool is not None and tool not in TOOLS:
+        raise ValueError(f"unknown sanitizer tool {tool!r}; expected one of {', '.join(TOOLS)}")
+
+
 def parse_sanitizer_lines(
     lines: Iterable[str], tool: str | None = None, prefix: str = MARKER
 ) -> SanitizerReport:
@@ -650,9 +671,8 @@ def parse_sanitizer_lines(
     memcheck log only says ``ERROR SUMMARY: 0 errors``). ``prefix`` is the
     tool's ``--prefix`` if one was set.
     """
-    if tool is not None and tool not in TOOLS:
-        raise ValueError(f"unknown sanitizer tool {tool!r}; expected one of {', '.join(TOOLS)}")
-    parser = _Parser(tool, prefix)
+    check_tool(tool)
+    parser = ReportReader(tool, prefix)
     for line_no, line in enumerate(iter_lines(lines), start=1):
         parser.feed(line, line_no)
     return parser.result()

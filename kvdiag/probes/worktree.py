@@ -13,7 +13,6 @@ Every git command goes through :func:`kvdiag.proc.runner.run_command`.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import shutil
 import sys
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from kvdiag.fileio import write_json
+from kvdiag.fileio import load_json_file, write_json
 from kvdiag.proc.groups import sigint_deferred
 from kvdiag.errors import HarnessError, WorktreeError
 from kvdiag.probes.patch import Probe
@@ -202,7 +201,7 @@ def read_record(worktree: Path) -> dict:
     """The record of a worktree kvdiag made; WorktreeError when there is none (not ours)."""
     path = Path(worktree) / RECORD_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json_file(path)
     except FileNotFoundError:
         raise WorktreeError(f"{worktree} is not a worktree made by `kvdiag probe apply` (no {RECORD_FILE})") from None
     except (OSError, ValueError) as exc:

@@ -19,11 +19,19 @@ def log_paths(log_dir: Path, name: str) -> dict[str, Path]:
 
 
 class LogTexts:
-    """Mixin for results that have stdout_path, stderr_path and combined_path."""
+    """Mixin for results that have stdout_path, stderr_path and combined_path (and, from a
+    full disk, ``log_lost``: (log file name, bytes of output that never reached it) pairs)."""
 
     stdout_path: Path
     stderr_path: Path
     combined_path: Path
+    log_lost: tuple[tuple[str, int], ...] = ()
+    log_error: str | None = None
+
+    @property
+    def log_cut(self) -> int:
+        """Bytes of output missing from the most-cut of the logs; 0 when every log is whole."""
+        return max((n for _, n in self.log_lost), default=0)
 
     @staticmethod
     def _read(path: Path) -> str:

@@ -5,6 +5,15 @@ Each complete line goes, as raw bytes, to ``<name>.stdout.log`` or
 one reader thread feeds both streams), through unbuffered files: a kill of
 kvdiag loses nothing already read. ``on_output`` sees each line too; its errors
 are counted, never raised, so a broken progress display cannot end a run.
+
+A write the OS refuses (a full disk, a file-size limit) never passes in silence: the
+command's logs keep what they had (clean prefixes: nothing is written to any of them
+after the first failure, so none has a hole in the middle) and every byte that did not
+reach a log is counted in ``lost``, with the OS's reason in ``write_error``. The runner puts both in
+the command's result; the judge will not rest a verdict on a cut log. (A full disk once
+cut a 10 MB output at 112 KiB and the verdict said nothing of it.) At the first refused
+write each log also gives back its last :data:`RESERVE_BYTES` (counted as lost): on a full
+disk that is the room the run's cmd.json and run.json need to record what happened.
 """
 
 from __future__ import annotations
@@ -17,7 +26,9 @@ from typing import Callable
 
 from kvdiag.proc.logfiles import log_paths
 
-__all__ = ["LogSink"]
+__all__ = ["RESERVE_BYTES", "LogSink"]
+
+RESERVE_BYTES = 64 << 10      # a run's cmd.json and run.json take a few KB each
 
 
 class LogSink:
@@ -39,6 +50,8 @@ class LogSink:
         self.callback_errors = 0
         self.first_callback_error: str | None = None
         self.write_errors = 0
+        self.lost = {key: 0 for key in self.paths}   # bytes of output that did not reach each log
+        self.write_error: str | None = None           # the OS's reason for the first refused write
         self.lock = threading.Lock()
         self.closed = False
         self.last_output = time.monotonic()   # when the last chunk arrived (quiet_timeout)
@@ -69,8 +82,8 @@ class LogSink:
         if self.crlf[stream] and line.endswith(b"\r"):
             line = line[:-1]
         data = line + end
-        self.files[stream].write(data)
-        self.files["combined"].write(data)
+        self._write(stream, data)
+        self._write("combined", data)
         self.written[stream] += len(data)
         if self.on_output is not None:
             try:
@@ -79,6 +92,43 @@ class LogSink:
                 self.callback_errors += 1
                 if self.first_callback_error is None:
                     self.first_callback_error = f"{type(exc).__name__}: {exc}"
+
+    def _write(self, key: str, data: bytes) -> None:
+        """All of ``data`` to one log, or count what did not get there (every log stays a prefix)."""
+        if self.write_error is not None:
+            self.lost[key] += len(data)
+            return
+        view = memoryview(data)
+        while view:
+            try:
+                n = self.files[key].write(view)     # unbuffered: a short write is possible
+            except OSError as exc:
+                self.write_error = exc.strerror or str(exc)
+                n = 0
+            if not n:
+                self.write_error = self.write_error or "the write was refused"
+                self.lost[key] += len(view)
+                for each in self.files:
+                    self.lost[each] += self._give_back(each)
+                return
+            view = view[n:]
+
+    def _give_back(self, key: str) -> int:
+        """Cut the last RESERVE_BYTES off a log; how many bytes that took."""
+        fh = self.files[key]
+        try:
+            size = fh.tell()
+            keep = max(0, size - RESERVE_BYTES)
+            os.ftruncate(fh.fileno(), keep)
+            fh.seek(keep)
+        except OSError:
+            return 0
+        return size - keep
+
+    @property
+    def lost_bytes(self) -> dict[str, int]:
+        """{log file name: bytes of output that did not reach it}, for the logs that lost any."""
+        return {self.paths[key].name: n for key, n in self.lost.items() if n}
 
     def close(self) -> None:
         with self.lock:
@@ -90,10 +140,7 @@ class LogSink:
                 if rest:
                     if self.crlf[stream] and rest.endswith(b"\r"):
                         rest = rest[:-1]
-                    try:
-                        self._emit(stream, rest, b"")
-                    except OSError:
-                        self.write_errors += 1
+                    self._emit(stream, rest, b"")
             self.closed = True
             for f in self.files.values():
                 try:
@@ -109,6 +156,9 @@ class LogSink:
         if len(quiet) != 1:
             return
         loud = "stderr" if quiet == ["stdout"] else "stdout"
+        if self.lost["combined"] > self.lost[loud]:
+            return      # a write failed on the combined log only: the stream's own log has more of it
+        self.lost[loud] = self.lost["combined"]
         target, combined = self.paths[loud], self.paths["combined"]
         tmp = target.with_name(target.name + ".link")
         try:

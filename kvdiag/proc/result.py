@@ -50,6 +50,8 @@ class CommandResult(LogTexts):
     timeout_s: float | None = None
     survivors: tuple[int, ...] = field(default=())   # pids of the group still alive after SIGKILL (D state)
     quiet_s: float | None = None   # the quiet_timeout, when that is what stopped it
+    log_lost: tuple[tuple[str, int], ...] = ()   # (log file, bytes that never reached it): a refused write
+    log_error: str | None = None                 # the OS's reason for the first refused log write
 
     @property
     def ok(self) -> bool:
@@ -98,4 +100,5 @@ def result_dict(result) -> dict:
         "stdout_path": _rel(result.stdout_path, base),
         "stderr_path": _rel(result.stderr_path, base),
         "combined_path": _rel(result.combined_path, base),
+        **({"log_lost": dict(result.log_lost), "log_error": result.log_error} if result.log_cut else {}),
     }

@@ -423,6 +423,7 @@ def _finish(command: StartedCommand, watch: _Watch, *, timeout: float, kill_grac
         stdout_path=paths["stdout"], stderr_path=paths["stderr"], combined_path=paths["combined"],
         started_at=command.started_at, executable=command.executable, pid=command.pid, timeout_s=timeout,
         survivors=tuple(survivors), quiet_s=watch.quiet_for,
+        log_lost=tuple(command.sink.lost_bytes.items()), log_error=command.sink.write_error,
     )
     sink = command.sink
     command.doc["result"] = {**result.to_dict(), "group_killed": signalled is not None,

@@ -9,16 +9,20 @@ by kvdiag 0.1.x carry none and read as version 1.
 
 Writers build a record (and move it on with `RunRecord.with_status`); the store's
 `RunDir.write_record` is the one place it becomes run.json.
+
+``log_truncated`` is there when a log of the outcome's commands was cut by a write
+the OS refused (a full disk): the bytes lost, per log and in all, and the OS's reason.
+It is derived from the outcome whenever one is set, so no writer can leave it out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-from kvdiag.records.verdict import Outcome
+from kvdiag.records.verdict import Attempt, Outcome
 
-__all__ = ["RUN_SCHEMA_VERSION", "RunRecord", "target_record"]
+__all__ = ["RUN_SCHEMA_VERSION", "RunRecord", "log_truncation", "target_record"]
 
 # 1: kvdiag 0.1.x (no schema_version key); 2: the same keys plus schema_version.
 RUN_SCHEMA_VERSION = 2
@@ -39,9 +43,13 @@ class RunRecord:
         return self.status == "finished"
 
     def with_status(self, status: str, *, outcome: Outcome | None = None, **fields: Any) -> "RunRecord":
-        """The same run in a later state: a new status, the outcome once there is one, and more keys."""
-        return replace(self, status=status, outcome=outcome if outcome is not None else self.outcome,
-                       fields={**self.fields, **fields})
+        """The same run in a later state: a new status, the outcome once there is one (with its
+        ``log_truncated`` when a log was cut), and more keys."""
+        outcome = outcome if outcome is not None else self.outcome
+        cut = log_truncation(outcome.attempts if outcome is not None else ())
+        if cut is not None:
+            fields = {**fields, "log_truncated": cut}
+        return replace(self, status=status, outcome=outcome, fields={**self.fields, **fields})
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"schema_version": self.schema_version, "entry": self.entry, **self.fields,
@@ -60,6 +68,25 @@ class RunRecord:
                    fields={k: v for k, v in data.items() if k not in _OWN_KEYS},
                    schema_version=int(data.get("schema_version", 1)))
 
+
+
+def log_truncation(attempts: Iterable[Attempt]) -> dict[str, Any] | None:
+    """What refused log writes cost the attempts' commands: ``{"bytes_lost": N, "logs": {"logs/<file>": n},
+    "error": reason}``, N counting each command's most-cut log once; None when every log is whole."""
+    logs: dict[str, int] = {}
+    total, error = 0, None
+    for attempt in attempts:
+        for command in attempt.commands:
+            lost = command.get("log_lost") or {}
+            if not lost:
+                continue
+            folder = str(command.get("combined_path", "logs/x")).rpartition("/")[0] or "logs"
+            logs.update({f"{folder}/{name}": int(n) for name, n in lost.items()})
+            total += max(int(n) for n in lost.values())
+            error = error or command.get("log_error")
+    if not total:
+        return None
+    return {"bytes_lost": total, "logs": logs, "error": error}
 
 
 def target_record(target: Mapping[str, Any]) -> RunRecord:

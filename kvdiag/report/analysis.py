@@ -1,49 +1,100 @@
-"""`kvdiag analyze LOG`: the parsers applied to a sanitizer log the user already has."""
+"""`kvdiag analyze LOG`: the parsers applied to a sanitizer log the user already has.
+
+The log is streamed, never held: read in chunks (a .gz decompressed as it is read),
+decoded incrementally, split into lines that the sanitizer digest and the
+test-backend-ops reader take one at a time. Memory is bounded by what is printed (the
+sites, the cases), not by the log: a 200 MB synccheck log took 1.5 GB read whole and
+takes about 30 MB streamed (benchmarks/bench_analyze_memory.py, docs/performance.md).
+The output is the one the whole-text parsers give (tests compare them on every
+recorded log).
+"""
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 from kvdiag.errors import DataError
-
-from kvdiag.parse.backend_ops import parse_backend_ops
-from kvdiag.parse.sanitizer import instantiations, parse_sanitizer
+from kvdiag.parse.backend_ops import BackendOpsReader
+from kvdiag.parse.sanitizer_digest import SanitizerDigester
 from kvdiag.report.templating import render
 
+__all__ = ["MAX_LOG_BYTES", "analyze_log", "render_analysis"]
 
-MAX_LOG_BYTES = 1 << 30     # 1 GiB of text, compressed or not: more is not a log to parse in memory
+MAX_LOG_BYTES = 16 << 30    # 16 GiB of text, compressed or not: far past one sanitizer run's log
 SANITIZER_PREFIX = "========="
+CHUNK_BYTES = 1 << 20
 
 
-def read_log(path: Path, limit: int = MAX_LOG_BYTES) -> str:
-    """The log's text (a .gz decompressed as a stream, never past ``limit``); DataError
-    for a truncated or corrupt .gz, or a file over the limit."""
+@dataclass
+class _TextStats:
+    """What the "is this a log at all?" check needs, counted as the text goes by."""
+
+    chars: int = 0
+    replaced: int = 0
+    nul: bool = False
+    marker: bool = False
+
+    def see(self, piece: str) -> None:
+        self.chars += len(piece)
+        self.replaced += piece.count("\ufffd")
+        self.nul = self.nul or "\x00" in piece
+        self.marker = self.marker or SANITIZER_PREFIX in piece
+
+
+def _lines(path: Path, stats: _TextStats, limit: int) -> Iterator[str]:
+    """The log's lines as ``text.split("\\n")`` gives them, without ever holding the text;
+    DataError for a truncated or corrupt .gz, or more than ``limit`` bytes of text."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    total, carry = 0, ""
     with open(path, "rb") as fh:
         gzipped = fh.read(2) == b"\x1f\x8b"
         fh.seek(0)
         stream = gzip.GzipFile(fileobj=fh) if gzipped else fh
-        try:
-            raw = stream.read(limit + 1)
-        except EOFError:
-            raise DataError(f"{path}: the .gz is truncated (the compressed stream ends early)") from None
-        except (OSError, zlib.error) as exc:
-            raise DataError(f"{path}: not a readable .gz: {exc}") from None
-    if len(raw) > limit:
-        raise DataError(f"{path}: more than {limit} bytes of log text; split it or give the relevant part")
-    return raw.decode("utf-8", errors="replace")
+        while True:
+            try:
+                chunk = stream.read(CHUNK_BYTES)
+            except EOFError:
+                raise DataError(f"{path}: the .gz is truncated (the compressed stream ends early)") from None
+            except (OSError, zlib.error) as exc:
+                raise DataError(f"{path}: not a readable .gz: {exc}") from None
+            total += len(chunk)
+            if total > limit:
+                raise DataError(f"{path}: more than {limit} bytes of log text; split it or give the relevant part")
+            parts = (carry + decoder.decode(chunk, final=not chunk)).split("\n")
+            carry = parts.pop()
+            for part in parts:
+                stats.see(part)
+                stats.chars += 1            # the "\n"
+                yield part
+            if not chunk:
+                break
+    stats.see(carry)
+    yield carry
 
 
-def analyze_log(path: Path, *, tool: str | None, fmt: str) -> str:
-    text = read_log(path)
-    report = parse_sanitizer(text, tool=tool)
-    cases = parse_backend_ops(text)
-    if SANITIZER_PREFIX not in text and not cases.cases:
-        binary = "\x00" in text or text.count("\ufffd") > len(text) // 100
+def analyze_log(path: Path, *, tool: str | None, fmt: str, limit: int = MAX_LOG_BYTES) -> str:
+    stats = _TextStats()
+    digest = SanitizerDigester(tool=tool)
+    cases = BackendOpsReader()
+    for line in _lines(path, stats, limit):
+        digest.feed(line)
+        cases.feed(line)
+    report, case_report = digest.result(), cases.result()
+    if not stats.marker and not case_report.cases:
+        binary = stats.nul or stats.replaced > stats.chars // 100
         raise DataError(f"{path}: not a compute-sanitizer log (no '{SANITIZER_PREFIX}' line and no test case"
                         + ("; the file is binary)" if binary else ")"))
+    return render_analysis(path, report, case_report, report.instantiations, fmt)
+
+
+def render_analysis(path: Path, report: Any, cases: Any, insts: tuple[str, ...], fmt: str) -> str:
+    """The analysis of a report (a SanitizerDigest, or a whole SanitizerReport: the same fields)."""
     if fmt == "json":
         data = {
             "file": str(path),
@@ -53,11 +104,11 @@ def analyze_log(path: Path, *, tool: str | None, fmt: str) -> str:
                 "tool_errors": list(report.tool_errors),
                 "racecheck": report.racecheck.to_dict() if report.racecheck else None,
                 "sites": [s.to_dict() for s in report.sites],
-                "instantiations": list(instantiations(report)),
+                "instantiations": list(insts),
             },
             "test_cases": {"matched": len(cases.cases), "executed": cases.executed, "failed": cases.failed,
                            "not_supported": cases.not_supported,
                            "running_case": cases.running_case.case_string if cases.running_case else None},
         }
         return json.dumps(data, indent=2, default=str) + "\n"
-    return render("analysis.txt.j2", path=path, r=report, cases=cases, insts=instantiations(report))
+    return render("analysis.txt.j2", path=path, r=report, cases=cases, insts=insts)

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kvdiag.fileio import parse_json
+
 HOST = "127.0.0.1"
 MAX_BODY_BYTES = 16 << 20       # a 900-token completion is a few KB; anything near this is not llama-server
 DEFAULT_PROMPT = "Write a long, detailed story about a lighthouse keeper and the sea."
@@ -89,7 +91,7 @@ class Reply:
 
     def json(self) -> Any:
         """The body as JSON; raises ValueError when it is not."""
-        return json.loads(self.body.decode("utf-8", errors="strict"))
+        return parse_json(self.body.decode("utf-8", errors="strict"))
 
     def error_message(self) -> str:
         """llama-server's ``{"error": {"message": …}}``, else the start of the body."""

@@ -196,6 +196,13 @@ class ServerProcess:
             time.sleep(0.02)
         return False
 
+    def log_loss(self) -> dict:
+        """``log_lost`` and ``log_error`` of the server's logs (a refused write: see LogSink)."""
+        sink = self._command.sink if self._command is not None else None
+        if sink is None:
+            return {}
+        return {"log_lost": tuple(sink.lost_bytes.items()), "log_error": sink.write_error}
+
     def close(self) -> None:
         """Close the logs (``stop()`` already drained them; this is for a server never stopped)."""
         if self._command is not None and not self._closed:
@@ -314,7 +321,7 @@ def run_server_attempt(step: Step, planned_argv: Sequence[str], env: Mapping[str
         duration_s=(server.ended or time.monotonic()) - server.started, log_dir=log_dir,
         stdout_path=paths["stdout"], stderr_path=paths["stderr"], combined_path=paths["combined"],
         started_at=server.started_at, server=outcome, executable=server.executable, pid=server.pid,
-        timeout_s=total, survivors=stop.survivors)
+        timeout_s=total, survivors=stop.survivors, **server.log_loss())
     doc["result"] = result.to_dict()
     _write_json(cmd_json, doc)
     if interrupted:

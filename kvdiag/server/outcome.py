@@ -191,6 +191,8 @@ class ServerResult(LogTexts):
     pid: int | None = None
     timeout_s: float | None = None
     survivors: tuple[int, ...] = ()
+    log_lost: tuple[tuple[str, int], ...] = ()   # as CommandResult's: a refused log write
+    log_error: str | None = None
 
     @property
     def outcome(self) -> str:

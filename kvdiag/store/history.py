@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from contextlib import closing
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-from kvdiag.errors import HistoryUnreadable
+from kvdiag.errors import HarnessError, HistoryUnreadable
+from kvdiag.fileio import parse_json
 from kvdiag.home import kvdiag_home
 from kvdiag.records.verdict import Outcome
 from kvdiag.store.runs import RunStore
@@ -110,21 +111,37 @@ def history_path(home: Path | None = None) -> Path:
     return (home or kvdiag_home()) / HISTORY_FILE
 
 
-def _connect(home: Path | None) -> sqlite3.Connection:
-    path = history_path(home)
+def _connect(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=30)
+    conn.row_factory = sqlite3.Row
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version < SCHEMA_VERSION:
+        conn.executescript(_SCHEMA)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.commit()
+    return conn
+
+
+@contextmanager
+def _database(home: Path | None) -> Iterator[sqlite3.Connection]:
+    """The history database, open; whatever sqlite finds wrong with it, at the header or on a page
+    in the middle that only a later query reads, is one `HistoryUnreadable` line (exit 65 for
+    `history`, a warning for a sweep), never a traceback. A database another process holds
+    locked past the timeout is not malformed: that is said as it is."""
+    path = history_path(home)
+    conn = None
     try:
-        conn = sqlite3.connect(path, timeout=30)
-        conn.row_factory = sqlite3.Row
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version < SCHEMA_VERSION:
-            conn.executescript(_SCHEMA)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.commit()
+        conn = _connect(path)
+        yield conn
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            raise HarnessError(f"the history database {path} is locked by another process ({exc})") from None
         raise HistoryUnreadable(f"the history database {path} cannot be used ({exc}): move it aside and "
                                 f"kvdiag starts a new one") from None
-    return conn
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 def _fingerprint(target: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -157,7 +174,7 @@ def record_outcome(outcome: Outcome, target: Mapping[str, Any] | None, *, run_di
     """Record one entry's outcome; None if that run was already recorded."""
     if kvdiag_version is None:
         from kvdiag import __version__ as kvdiag_version
-    with closing(_connect(home)) as conn, conn:
+    with _database(home) as conn, conn:
         return _insert_run(conn, outcome, target, run_dir=str(run_dir) if run_dir else None,
                            date=date or utc_now(), sweep_id=None, kvdiag_version=kvdiag_version)
 
@@ -168,7 +185,7 @@ def record_sweep(sweep: Sweep, *, path: str | Path | None = None, home: Path | N
               "kvdiag_version": sweep.kvdiag_version, **_fingerprint(sweep.target),
               "entries": len(sweep.outcomes), "counts": json.dumps(sweep.counts()),
               "path": str(path) if path else None}
-    with closing(_connect(home)) as conn, conn:
+    with _database(home) as conn, conn:
         cur = conn.execute(f"INSERT INTO sweeps ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",
                            tuple(fields.values()))
         sweep_id = int(cur.lastrowid)
@@ -190,18 +207,23 @@ def _date_of_run(run_id: str, path: Path) -> str:
     return stamp.isoformat()
 
 
-def sync_run_store(home: Path | None = None) -> int:
-    """Record every finished entry run of the run store not yet in the history; returns how many."""
+def sync_run_store(home: Path | None = None, unreadable: list[tuple[str, str]] | None = None) -> int:
+    """Record every finished entry run of the run store not yet in the history; returns how many.
+
+    A run whose run.json cannot be read is left out of the history, never the end of it:
+    with ``unreadable`` it is named there, (run id, why), for the caller to say so."""
     home = home or kvdiag_home()
     added = 0
-    with closing(_connect(home)) as conn, conn:
+    with _database(home) as conn, conn:
         known = {r[0] for r in conn.execute("SELECT run_id FROM runs WHERE run_id IS NOT NULL")}
         for run in RunStore(home):
             if run.run_id in known:
                 continue
             try:
                 record = run.record()
-            except (OSError, KeyError, TypeError, ValueError):
+            except (OSError, KeyError, TypeError, ValueError) as exc:
+                if unreadable is not None:
+                    unreadable.append((run.run_id, f"{type(exc).__name__}: {exc}"))
                 continue
             if not record.finished or record.outcome is None:
                 continue
@@ -214,7 +236,7 @@ def sync_run_store(home: Path | None = None) -> int:
 
 def history(entry_id: str, *, home: Path | None = None) -> list[HistoryRow]:
     """Every recorded outcome of one entry, oldest first."""
-    with closing(_connect(home)) as conn:
+    with _database(home) as conn:
         rows = conn.execute(
             "SELECT entry_id, verdict, k, n, reason, error_count, build_commit, dirty, build_dir, gpu_name, cc, "
             "driver, sanitizer_version, machine_key, kvdiag_version, date, run_id, run_dir, sweep_id "
@@ -224,6 +246,15 @@ def history(entry_id: str, *, home: Path | None = None) -> list[HistoryRow]:
 
 def sweeps(*, home: Path | None = None) -> list[dict[str, Any]]:
     """Every recorded sweep, oldest first (counts decoded)."""
-    with closing(_connect(home)) as conn:
+    with _database(home) as conn:
         rows = conn.execute("SELECT * FROM sweeps ORDER BY started_at, id").fetchall()
-    return [{**dict(r), "counts": json.loads(r["counts"])} for r in rows]
+    return [{**dict(r), "counts": _counts(r["counts"])} for r in rows]
+
+
+def _counts(text: Any) -> dict[str, Any] | None:
+    """A sweep row's counts; None when the row holds something else (a hand-edited database)."""
+    try:
+        counts = parse_json(text)
+    except (TypeError, ValueError):
+        return None
+    return counts if isinstance(counts, dict) else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -25,10 +26,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kvdiag.errors import RunUnreadable, UsageError
-from kvdiag.fileio import write_json
+from kvdiag.fileio import load_json_file, write_json
 from kvdiag.records.run import RUN_SCHEMA_VERSION, RunRecord
 
 RUN_FILE = "run.json"
+MAX_RUN_FILE_BYTES = 64 << 20     # a scan of thousands of cases writes a few MB
 FINAL_STATES = ("finished", "interrupted", "failed")
 _ID = re.compile(r"^(?P<date>\d{8})-(?P<time>\d{6})(?:\.(?P<micro>\d{6})-(?P<seq>\d+))?-(?P<label>.+?)"
                  r"(?P<legacy>-[0-9a-f]{4})?$")
@@ -155,19 +157,20 @@ class RunDir:
         return RunRecord.from_dict(self.read())
 
     def read(self, name: str = RUN_FILE) -> dict[str, Any]:
-        return json.loads((self.path / name).read_text(encoding="utf-8"))
+        """A JSON file of this run, bounded in size and depth (OSError, ValueError)."""
+        return load_json_file(self.path / name, MAX_RUN_FILE_BYTES)
 
     def read_checked(self) -> dict[str, Any]:
         """run.json as a mapping, or RunUnreadable saying what is wrong with it."""
         path = self.path / RUN_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = self.read()
         except OSError as exc:
-            raise RunUnreadable(f"cannot read {path}: {exc.strerror}") from None
+            raise RunUnreadable(f"cannot read {path}: {exc.strerror}", f"cannot read run.json: {exc.strerror}") from None
         except ValueError as exc:
-            raise RunUnreadable(f"{path} is not valid JSON: {exc}") from None
+            raise RunUnreadable(f"{path} is not valid JSON: {exc}", f"run.json is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
-            raise RunUnreadable(f"{path} is not a JSON object")
+            raise RunUnreadable(f"{path} is not a JSON object", "run.json is not a JSON object")
         return data
 
 
@@ -217,12 +220,24 @@ class RunStore:
         self.home = Path(home)
         self.root = self.home / "runs"
 
-    def create(self, label: str) -> RunDir:
+    def create(self, label: str, first: RunRecord | None = None) -> RunDir:
+        """A new run folder, born with its run.json: ``first`` (default: a "running" run of
+        ``label``). A run cut short anywhere after this (a signal, a bad build, an error) is
+        then closed by :func:`finish_open_runs` with what ended it; no folder is ever left
+        without a run.json for `kvdiag runs` to call unreadable. A folder whose first record
+        cannot be written is removed again."""
         from kvdiag.home import home_folder
 
         path = home_folder(self.home, "runs") / new_run_id(label)
         path.mkdir(exist_ok=False)
-        return RunDir(path)
+        run = RunDir(path)
+        try:
+            run.write_record(first if first is not None else RunRecord(entry=label, status="running"))
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            _open_runs.pop(path, None)
+            raise
+        return run
 
     def all_dirs(self) -> list[RunDir]:
         """Every run folder, readable or not, in creation order."""

@@ -9,6 +9,7 @@ The other modules' names are re-exported here, where callers have long found the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,7 +119,20 @@ def _existing_dir(given: Path) -> Path:
         raise UsageError(f"build directory {given} does not exist")
     if not given.is_dir():
         raise UsageError(f"build directory {given} is not a directory")
+    if not os.access(given, os.R_OK | os.X_OK):
+        raise UsageError(f"build directory {given} cannot be read (permission denied)")
     return given.resolve()
+
+
+def check_build_dir(build_dir: Path) -> Path:
+    """The build folder, resolved; UsageError when it is none (missing, a file, unreadable,
+    neither a CMakeCache.txt nor an executable in it). Asked before a run makes its folder:
+    a run that cannot start leaves nothing in the run store."""
+    given = Path(build_dir).expanduser()
+    root = _existing_dir(given)
+    if not (root / CMAKE_CACHE).is_file() and not find_binaries(root):
+        raise UsageError(f"{given} is not a build directory: no {CMAKE_CACHE} and no executables in bin/, ./ or tests/")
+    return root
 
 
 def inspect_build(
@@ -130,15 +144,13 @@ def inspect_build(
 ) -> BuildInfo:
     """Describe the build in ``build_dir``. UsageError when it is not a build at all."""
     given = Path(build_dir).expanduser()
-    root = _existing_dir(given)
+    root = check_build_dir(given)
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
 
     cache_path = root / CMAKE_CACHE
     has_cache = cache_path.is_file()
     binaries = find_binaries(root)
-    if not has_cache and not binaries:
-        raise UsageError(f"{given} is not a build directory: no {CMAKE_CACHE} and no executables in bin/, ./ or tests/")
 
     notes: list[str] = []
     if has_cache:

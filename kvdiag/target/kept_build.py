@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
+from kvdiag.fileio import load_json_file
 from kvdiag.proc.runner import CommandNotFound, CommandResult, run_command
 from kvdiag.trust import trusted_dir
 
@@ -179,15 +180,15 @@ class KeptBuild:
     def configured(self) -> bool:
         """A configure with this key succeeded here and its build.ninja is still there."""
         try:
-            stamp = json.loads((self.path / STAMP).read_text())
+            stamp = load_json_file(self.path / STAMP)
         except (OSError, ValueError):
             return False
         return stamp.get("key") == self.key.to_dict() and (self.path / "build.ninja").is_file()
 
     def unused(self) -> list[str]:
         try:
-            return list(json.loads((self.path / STAMP).read_text()).get("unused", []))
-        except (OSError, ValueError):
+            return list(load_json_file(self.path / STAMP).get("unused", []))
+        except (OSError, ValueError, AttributeError):
             return []
 
     def mark_configured(self, unused: Sequence[str]) -> None:

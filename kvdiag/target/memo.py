@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import kvdiag
 from kvdiag.errors import KvdiagError
+from kvdiag.fileio import parse_json
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 DRIVER_VERSION = Path("/proc/driver/nvidia/version")
@@ -94,7 +95,7 @@ def _load(path: Path, kind: str, key: str, codec: Codec) -> Any:
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE_BYTES:
             return _MISS
-        doc = json.loads(path.read_bytes().decode("utf-8"))
+        doc = parse_json(path.read_bytes().decode("utf-8"))
         if not isinstance(doc, dict) or (doc.get("format"), doc.get("kind"), doc.get("key")) != (CACHE_FORMAT, kind, key):
             return _MISS
         return codec.load(doc["value"])

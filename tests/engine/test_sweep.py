@@ -112,6 +112,7 @@ def fake_engine(monkeypatch: pytest.MonkeyPatch, home: Path) -> Recorder:
     recorder = Recorder()
     monkeypatch.setattr(sweep_mod, "run_entry", recorder)
     monkeypatch.setattr(sweep_mod, "prepare_target", lambda build_dir, **kw: FakeTarget())
+    monkeypatch.setattr(sweep_mod, "check_build_dir", lambda build_dir: build_dir)   # no build: a fake target
     monkeypatch.setattr(sweep_mod, "controls_gate_provider", lambda home, target, log_dir: allow)
     return recorder
 
@@ -379,6 +380,7 @@ def test_sweep_format_sarif_prints_the_source_paths_the_saved_sweep_records(home
 
     monkeypatch.setattr(sweep_mod, "run_entry", Recorder())
     monkeypatch.setattr(sweep_mod, "prepare_target", lambda build_dir, **kw: TreeTarget())
+    monkeypatch.setattr(sweep_mod, "check_build_dir", lambda build_dir: build_dir)
     monkeypatch.setattr(sweep_mod, "controls_gate_provider", lambda home, target, log_dir: allow)
     saved = tmp_path / "sweep.json"
     result = CliRunner().invoke(sweep_cmd, ["--build", str(tmp_path), "--quiet", "--format", "sarif", "--save",

@@ -127,3 +127,81 @@ def signal_when_started(proc: subprocess.Popen, build: Path, sig: int) -> tuple[
 
 
 __all__ = ["Faults", "assert_all_gone", "one_line", "pids_of", "signal", "signal_when_started"]
+
+
+# --------------------------------------------------------------------------- issue 28: GPU tools, projects, stores
+
+SCENARIOS = REPO / "tests" / "scenarios"
+
+
+def fake_gpu_toolchain(kv: Faults, sanitizer_mode: str) -> tuple[dict[str, str], Path]:
+    """(environment, compute-sanitizer) of a host with one H200, an nvcc that "compiles"
+    anything (tests/controls/fake_nvcc.py) and the tests' one fake compute-sanitizer in
+    ``sanitizer_mode`` (tests/scenarios/fake_compute_sanitizer.py; `hangs` writes its pids to
+    ``<sanitizer's folder>/pids``, one line per run)."""
+    env = kv.one_gpu()
+    nvcc = kv.root / "smi-bin" / "nvcc"
+    shutil.copyfile(REPO / "tests" / "controls" / "fake_nvcc.py", nvcc)
+    nvcc.chmod(0o755)
+    folder = kv.root / "sanitizer"
+    folder.mkdir(exist_ok=True)
+    sanitizer = folder / "compute-sanitizer"
+    shutil.copyfile(SCENARIOS / "fake_compute_sanitizer.py", sanitizer)
+    sanitizer.chmod(0o755)
+    (folder / "compute-sanitizer.mode").write_text(sanitizer_mode)
+    return env, sanitizer
+
+
+def started_runs(folder: Path) -> int:
+    """How many runs of a stand-in wrote their line to ``folder/pids`` (0 when none did)."""
+    path = folder / "pids"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def no_run_left_open(kv: Faults) -> list[str]:
+    """Every run folder's run.json and its status: none may be missing or still "running"."""
+    seen = []
+    for run in kv.runs():
+        path = run / "run.json"
+        assert path.is_file(), f"{run.name} has no run.json"
+        status = json.loads(path.read_text())["status"]
+        assert status != "running", f"{run.name} is still running"
+        seen.append(f"{run.name}: {status}")
+    return seen
+
+
+__all__ += ["fake_gpu_toolchain", "no_run_left_open", "started_runs"]
+
+
+def spawn_with_file_limit(kv: Faults, limit: int, *args: str) -> subprocess.Popen:
+    """kvdiag as a real process (like `Faults.spawn`) whose files may not grow past ``limit``
+    bytes (RLIMIT_FSIZE): every write past it is refused with EFBIG, as a full disk refuses
+    one with ENOSPC (Python ignores SIGXFSZ). Staged this way on any machine and for any
+    user; the stand-ins kvdiag runs write to pipes, not files, and are not limited by it."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    kv.out_path, kv.err_path = kv.root / "kvdiag.out", kv.root / "kvdiag.err"
+    with open(kv.out_path, "wb") as out, open(kv.err_path, "wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "kvdiag.cli", *map(str, args)], env=env, cwd=kv.root,
+                                stdout=out, stderr=err, preexec_fn=limited)
+
+
+def small_tmpfs(folder: Path, size: str = "300k") -> bool:
+    """Mount a tmpfs of ``size`` on ``folder`` (a full disk, for real); False where mounting is not allowed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True, timeout=30)
+    return done.returncode == 0
+
+
+def unmount(folder: Path) -> None:
+    subprocess.run(["umount", str(folder)], capture_output=True, timeout=30)
+
+
+__all__ += ["small_tmpfs", "spawn_with_file_limit", "unmount"]

@@ -338,7 +338,9 @@ def test_command_interrupted_carries_the_result():
                       stderr_path=Path("/r/logs/a.stderr.log"), combined_path=Path("/r/logs/a.combined.log"),
                       started_at="2025-01-01T00:00:00.000+00:00")
     exc = CommandInterrupted("interrupted", r)
-    assert isinstance(exc, KvdiagError) and exc.result is r
+    assert exc.result is r
+    # a stop, not a failure: no `except KvdiagError` / `except Exception` meant for failures catches it
+    assert isinstance(exc, KeyboardInterrupt) and not isinstance(exc, (KvdiagError, Exception))
 
 
 # ---------------------------------------------------------------- describe() and the rule

@@ -35,6 +35,12 @@ recorded    the controls' tests: PROGRAM is `python -m kvdiag.controls.launch NA
             and exit N when the report counts errors.
 one-error   run PROGRAM, write a one-error memcheck report to F, exit N (or the
             program's status when it failed).
+hangs       a tool that never finishes: start a child that leaves the session (setsid)
+            and hangs, append "<own pid> <child pid>" to `pids` next to the installed
+            copy (one line per run: how many controls started), never run PROGRAM, hang.
+canaries-hang  `hangs` when PROGRAM is one of kvdiag's canaries (an nvcc-built `*.exe`, or
+            `python -m kvdiag.controls.launch`), `follow` otherwise: a control that hangs
+            after the step it would prove ran clean.
 """
 import json
 import os
@@ -122,6 +128,25 @@ mode = (os.environ.get("KVDIAG_FAKE_SANITIZER_MODE")
         or (mode_file.read_text().strip() if mode_file.exists() else None)
         or ("recorded" if "FAKE_SANITIZER_LOGS" in os.environ else "follow"))
 error_exitcode = int(opts.get("--error-exitcode", "0"))
+
+
+def hang() -> None:
+    """The `hangs` mode: a setsid'd child and this process both hang; their pids are written first."""
+    child = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    pids = Path(__file__).resolve().with_name("pids")
+    before = pids.read_text(encoding="utf-8") if pids.exists() else ""
+    partial = pids.with_name(f"pids.{os.getpid()}.tmp")        # a reader never sees half a line
+    partial.write_text(f"{before}{os.getpid()} {child.pid}\n", encoding="utf-8")
+    os.replace(partial, pids)
+    signal.pause()
+    sys.exit(1)
+
+
+if mode == "hangs" or (mode == "canaries-hang" and program
+                       and (program[0].endswith(".exe") or "kvdiag.controls.launch" in program)):
+    hang()
+if mode == "canaries-hang":
+    mode = "follow"
 if "--log-file" not in opts:
     streamed()
 log_file = Path(opts["--log-file"].replace("%%", "%"))
