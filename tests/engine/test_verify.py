@@ -1,81 +1,16 @@
-"""kvdiag verify and kvdiag bisect on a synthetic project (CPU only, no GPU, no sanitizer).
-
-The project (tests/scenarios/git/project) "compiles" kernel.txt into a fake
-bin/test-backend-ops: a line "divergent" makes it print a barrier error for the
-hsk=256 cases (the synthetic entry's signature), "wrong" makes every case FAIL,
-"syntax error" makes build.py exit 1. Its configure/build commands are passed
-the way a user passes theirs: --configure-cmd / --build-cmd.
-"""
+"""kvdiag verify on a synthetic project (CPU only, no GPU, no sanitizer); the project is git_projects'."""
 
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import shutil
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.bisect import SKIP
+from git_projects import BUILD, CONFIGURE, commit, env, git, new_project, run_cli, scratch_dirs, worktrees  # noqa: F401
 from kvdiag.engine.scratch_build import BuildRecipe, cmake_configure_argv, substitute
 from kvdiag.engine.verify import Conclusion
-
-REPO = Path(__file__).resolve().parents[2]
-PROJECT = REPO / "tests" / "scenarios" / "git" / "project"
-PY = shlex.quote(sys.executable)
-CONFIGURE = f"{PY} {{source}}/configure.py {{build}}"
-BUILD = f"{PY} {{source}}/build.py {{build}}"
-
-ENTRY = """\
-```toml
-[defect]
-id = "D90"
-title = "Synthetic divergent barrier"
-summary = "The synthetic project's kernel reaches a barrier divergently for hsk=256 cases."
-owner = "upstream"
-status = "open"
-severity = "low"
-reported = "2026-01-01"
-modified = "2026-01-02"
-
-[location]
-component = "synthetic/kernel"
-files = ["kernel.txt"]
-
-[requires]
-binaries = ["test-backend-ops"]
-gpu = false
-sanitizer = false
-
-[[repro]]
-name = "fast"
-kind = "backend-ops"
-default = true
-description = "One hsk=256 case; the fake program prints the barrier error."
-argv = ["{{ bin['test-backend-ops'] }}", "test", "-o", "{{ op }}", "-b", "{{ backend }}", "-p", "{{ params }}"]
-timeout = 30
-vars = { op = "FLASH_ATTN_EXT", params = 'hsk=256,hsv=256,nh=4,kv=512' }
-
-[[repro]]
-name = "numeric"
-kind = "backend-ops"
-description = "The same case, read for OK/FAIL only."
-argv = ["{{ bin['test-backend-ops'] }}", "test", "-o", "{{ op }}", "-b", "{{ backend }}", "-p", "{{ params }}"]
-timeout = 30
-vars = { op = "FLASH_ATTN_EXT", params = 'hsk=256,hsv=256,nh=4,kv=512' }
-
-[[signature]]
-type = "output"
-step = "fast"
-pattern = "Barrier error detected"
-```
-
-# D90 — synthetic
-"""
 
 PROBE = """\
 kvdiag-probe: {name}
@@ -97,80 +32,6 @@ diff --git a/kernel.txt b/kernel.txt
 +barrier: {new}
  end
 """
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
-    return done.stdout.strip()
-
-
-def commit(repo: Path, message: str, kernel: str | None = None, **files: str) -> str:
-    if kernel is not None:
-        (repo / "kernel.txt").write_text(f"kernel v1\nbarrier: {kernel}\nend\n")
-    for name, text in files.items():
-        (repo / name).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
-def new_project(root: Path, kernel: str) -> Path:
-    root.mkdir(parents=True)
-    git(root, "-c", "init.defaultBranch=main", "init", "-q")
-    for item in PROJECT.iterdir():
-        if item.suffix == ".py":
-            shutil.copy(item, root / item.name)
-    commit(root, "project", kernel=kernel, README="synthetic\n")
-    return root
-
-
-def run_cli(args: list[str]) -> int:
-    from kvdiag.cli import cli, main
-    from kvdiag.commands.probes import COMMANDS
-
-    for command in COMMANDS:
-        if command.name not in cli.commands:
-            cli.add_command(command)
-    return main(args)
-
-
-def worktrees(repo: Path) -> list[str]:
-    return [ln.split(" ", 1)[1] for ln in git(repo, "worktree", "list", "--porcelain").splitlines()
-            if ln.startswith("worktree ")]
-
-
-def scratch_dirs() -> list[str]:
-    """What kvdiag left in the temporary folder (the env fixture gives each test its own)."""
-    return sorted(p.name for p in Path(tempfile.gettempdir()).iterdir())
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Isolated git and kvdiag home; the registry holding the synthetic entry D90."""
-    if shutil.which("git") is None:
-        pytest.skip("git not installed")
-    home = tmp_path / "home-dir"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    monkeypatch.setenv("KVDIAG_HOME", str(tmp_path / "kvdiag-home"))
-    monkeypatch.delenv("LLAMA_KV_BUILD", raising=False)
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setenv("TMPDIR", str(scratch))
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    for role in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{role}_NAME", "Test")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "test@example.invalid")
-    registry = tmp_path / "registry"
-    registry.mkdir()
-    (registry / "D90.md").write_text(ENTRY)
-    return registry
 
 
 @pytest.fixture
@@ -303,56 +164,3 @@ def test_configuration_is_reused_from_the_users_cmake_cache(tmp_path: Path, env:
         "cmake", "--build", "/new/build", "--target", "test-backend-ops", "-j", "3"]
     assert substitute("tool --src '{source}/a b' -j{jobs}", recipe.values(Path("/s"), Path("/b"))) == [
         "tool", "--src", "/s/a b", "-j3"]
-
-
-# --------------------------------------------------------------------------- bisect
-
-
-def test_bisect_blames_the_introducing_commit_and_skips_the_broken_build(tmp_path: Path, env: Path, capsys):
-    src = new_project(tmp_path / "history", kernel="uniform")                          # 1 good
-    shas = [git(src, "rev-parse", "HEAD")]
-    shas.append(commit(src, "2: docs", README="docs\n"))                               # 2 good
-    shas.append(commit(src, "3: refactor (does not build)", kernel="uniform syntax error"))
-    shas.append(commit(src, "4: refactor fixed", kernel="uniform"))                    # 4 good
-    shas.append(commit(src, "5: split the barrier", kernel="divergent"))               # 5 bad: the culprit
-    for n in (6, 7, 8, 9):    # 9 commits: the first midpoint is 5, then 3 (skipped), then 4 or 2
-        shas.append(commit(src, f"{n}: more docs", README=f"docs {n}\n"))
-    (src / "wip.txt").write_text("the user's untracked work\n")
-    status = git(src, "status", "--porcelain")
-    code = run_cli(["--registry", str(env), "bisect", "D90", "--source", str(src), "--good", shas[0],
-                    "--bad", shas[8], "--configure-cmd", CONFIGURE, "--build-cmd", BUILD, "--quiet",
-                    "--format", "json"])
-    captured = capsys.readouterr()
-    report = json.loads(captured.out)
-    assert code == 0, captured.err
-    assert report["first_bad"]["commit"] == shas[4]
-    assert report["first_bad"]["subject"] == "5: split the barrier"
-    assert report["first_bad"]["verdict"] == "confirmed"
-    assert report["parent"]["commit"] == shas[3] and report["parent"]["verdict"] == "not-reproduced"
-    by_commit = {s["commit"]: s for s in report["steps"]}
-    assert by_commit[shas[2]]["verdict"] == "build-failed" and by_commit[shas[2]]["exit"] == SKIP
-    assert all(s["exit"] in (0, 1, 125) for s in report["steps"])
-    # evidence read back from the record, not re-run: the step file is the report's source
-    steps_file = Path(report["run_dir"]) / "bisect-steps.json"
-    assert json.loads(steps_file.read_text()) == report["steps"]
-    # the user's tree, HEAD and branches are as they were; no bisect state, no worktree left
-    assert git(src, "status", "--porcelain") == status
-    assert git(src, "rev-parse", "HEAD") == shas[8] and git(src, "branch", "--show-current") == "main"
-    assert worktrees(src) == [str(src)]
-    assert not (src / ".git" / "BISECT_LOG").exists()
-    assert git(src, "for-each-ref", "refs/bisect") == ""
-
-
-def test_bisect_text_output_names_the_commit_and_its_parent(tmp_path: Path, env: Path, capsys):
-    src = new_project(tmp_path / "short", kernel="uniform")
-    good = git(src, "rev-parse", "HEAD")
-    culprit = commit(src, "make it divergent", kernel="divergent")
-    bad = commit(src, "docs", README="more\n")
-    code = run_cli(["--registry", str(env), "bisect", "D90", "--source", str(src), "--good", good, "--bad", bad,
-                    "--configure-cmd", CONFIGURE, "--build-cmd", BUILD, "--quiet"])
-    out = capsys.readouterr().out
-    assert code == 0
-    assert f"first bad commit: {culprit[:12]} make it divergent" in out
-    assert "  at it:        confirmed: 1/1 runs matched the signature" in out
-    assert f"  at its parent {good[:12]} project: not tested in this bisection: it is the --good commit" in out
-    assert "source tree: untouched" in out
