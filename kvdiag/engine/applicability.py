@@ -49,8 +49,9 @@ def _cc(text: str) -> tuple[int, int]:
     return int(major), int(minor or 0)
 
 
-def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
-    """First false `applies` condition (or None), and notes on those that could not be judged."""
+def check_applies(entry: Entry, facts: Facts, step: Step | None = None) -> tuple[str | None, list[str]]:
+    """First false `applies` condition (or None), and notes on those that could not be judged. A compile
+    step that names its own ``cmake_options`` is asked for those instead of the entry's."""
     applies = entry.applies
     notes: list[str] = []
     build = facts.build
@@ -63,7 +64,7 @@ def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
             return f"compute capability {cc[0]}.{cc[1]} is below {applies.cc_min}", notes
         if applies.cc_max and cc > _cc(applies.cc_max):
             return f"compute capability {cc[0]}.{cc[1]} is above {applies.cc_max}", notes
-    for option in applies.cmake_options:
+    for option in step.required_options(applies.cmake_options) if step is not None else applies.cmake_options:
         if not has_cache:
             notes.append(f"no CMakeCache.txt: could not check for option {option}")
         elif option not in build.options:
@@ -186,7 +187,7 @@ def check_model_keys(keys, model: str | None) -> str | None:
 
 def judge_applicability(entry: Entry, step: Step, facts: Facts) -> Judgement:
     try:
-        reason, notes = check_applies(entry, facts)
+        reason, notes = check_applies(entry, facts, step)
     except FactMismatch as exc:
         return Judgement("inconclusive", str(exc))
     if reason:

@@ -125,6 +125,7 @@ def _build_step(s: dict[str, Any]) -> Step:
         requires_binaries=tuple(s["requires_binaries"]) if "requires_binaries" in s else None,
         cmake_defines={str(k): str(v) for k, v in s.get("cmake_defines", {}).items()},
         sources=tuple(s.get("sources", ())),
+        cmake_options=tuple(s["cmake_options"]) if "cmake_options" in s else None,
     )
 
 

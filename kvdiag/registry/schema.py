@@ -219,6 +219,11 @@ STEP = Section(
                                           "tree, e.g. {GGML_CUDA_KVARN = \"ON\"}."),
         "sources": Key("list[str]", doc="compile: the translation units (paths in the source tree) whose objects "
                                         "are built; nothing else is."),
+        "cmake_options": Key("list[str]", doc="compile: the options the source tree's CMake must define for this "
+                                              "step, instead of [applies] cmake_options (a step written for an "
+                                              "older layout of the tree, where the option had another name or "
+                                              "none); [] requires none: the configured project compiling the "
+                                              "sources is what makes it applicable."),
     },
 )
 
