@@ -108,7 +108,8 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, build_cmd, con
                             direction=Direction.CAUSE if cause else Direction.FIX, recipe=recipe,
                             configure_cmd=configure_cmd, build_cmd=build_cmd,
                             reference_build=build_dir.absolute() if build_dir else None, jobs=jobs,
-                            registry_dir=registry.root, step=step, sanitizer=sanitizer, timeout=float(timeout),
+                            registry_dir=Path(registry.root).resolve(), step=step,
+                            sanitizer=sanitizer.resolve() if sanitizer else None, timeout=float(timeout),
                             keep=keep, launcher=launcher if recipe is not None else None)
     with progress_display(quiet or fmt != "text") as progress:
         report = run_bisect(request, home=kvdiag_home(), progress=progress)
@@ -160,7 +161,8 @@ def bisect_step_cmd(obj, entry_id, source, build_dir, record, direction, configu
     with progress_display(tty=False, plain_interval=float("inf")) as progress:   # lines into git bisect run's log
         outcome = bisect_step(entry, source=source, build_dir=build_dir, recipe=recipe, home=kvdiag_home(),
                               record=record, step=step, sanitizer=sanitizer, progress=progress, direction=how)
-    click.echo(f"kvdiag bisect-step: {outcome.verdict}: exit {outcome.exit} ({how.term_of(outcome.exit)})", err=True)
+    click.echo(f"kvdiag bisect-step: {outcome.commit[:12]} {outcome.verdict} ({how.term_of(outcome.exit)}) in "
+               f"{outcome.duration_s:.1f} s", err=True)
     return outcome.exit
 
 

@@ -209,6 +209,8 @@ def _step_counter(progress: Progress):
     def on_output(stream: str, line: str) -> None:
         if _BISECTING.search(line) or _FIRST.search(line):
             progress.advance(line.strip()[:60])
+        elif line.startswith("kvdiag bisect-step: "):      # each step's verdict, as it lands
+            progress.say(line.strip().removeprefix("kvdiag "))
         else:
             progress.line(stream, line)
     return on_output

@@ -95,6 +95,24 @@ def bisect_step(entry: Entry, *, source: Path, build_dir: Path, recipe: BuildRec
     return outcome
 
 
+def compile_phases(attempts, run_s: float) -> dict[str, float]:
+    """A compile step's own configure and object build, out of its run's commands (cmake; ninja building,
+    not ``ninja -t``): the step's table then says where a compile step's time went, like a build's. The
+    run keeps the rest (ninja's query, the compile control, judging)."""
+    configure = build = 0.0
+    for attempt in attempts:
+        for command in attempt.commands:
+            argv = [str(a) for a in command.get("argv") or ()]
+            seconds = float(command.get("duration_s") or 0.0)
+            if argv and Path(argv[0]).name == "cmake":
+                configure += seconds
+            elif argv and Path(argv[0]).name == "ninja" and "-t" not in argv:
+                build += seconds
+    if not configure and not build:
+        return {}
+    return {"configure": configure, "build": build, "run": max(run_s - configure - build, 0.0)}
+
+
 def _build_and_run(entry: Entry, source: Path, build_dir: Path, recipe: BuildRecipe | None, home: Path,
                    store: RunStore, logs: Path, step: str | None, sanitizer: Path | None, progress: Progress,
                    direction: Direction, times: dict[str, float]) -> dict:
@@ -122,5 +140,7 @@ def _build_and_run(entry: Entry, source: Path, build_dir: Path, recipe: BuildRec
     except RunInterrupted:
         raise KeyboardInterrupt from None
     times["run"] = time.monotonic() - run_started
+    if recipe is None:
+        times.update(compile_phases(outcome.attempts, times["run"]))
     return {"verdict": outcome.verdict.value, "reason": outcome.reason,
             "exit": direction.git_answer(outcome.verdict.value), "run_dir": str(run_dir.path)}

@@ -90,9 +90,12 @@ class StepRecord:
     duration_s: float = 0.0            # the whole step: checkout to verdict
     build_log: str | None = None
     role: str = ROLE_STEP              # "old end", "new end" or "step"
-    configure_s: float | None = None   # None: no configure ran (the build tree was configured already)
-    build_s: float | None = None       # None: nothing was built (a compile step builds its own object)
-    run_s: float | None = None         # the entry's run; None when no run happened (a failed build)
+    # Where the time went. A build's configure (None: the build tree was configured already) and build; a
+    # compile step (D7) builds nothing first, and its own scratch configure and object build are given
+    # here instead, the run then being the rest of the entry's run (the compile control, judging).
+    configure_s: float | None = None
+    build_s: float | None = None
+    run_s: float | None = None         # None when no run happened (a failed build)
 
     def to_dict(self) -> dict[str, Any]:
         return {"commit": self.commit, "role": self.role, "verdict": self.verdict, "reason": self.reason,
