@@ -197,3 +197,20 @@ def test_a_range_of_one_commit_is_named_from_the_ends_alone(tmp_path: Path, env:
     assert report["found"]["commit"] == new and report["parent"]["commit"] == old
     assert [s["role"] for s in report["steps"]] == ["old end", "new end"]
     assert report["message"] == f"{new[:12]} is the first bad commit (the first commit where it is confirmed)"
+
+
+def test_ccache_goes_in_front_of_the_compilers_of_a_cmake_configure_only():
+    from kvdiag.engine.scratch_build import BuildRecipe, with_launcher
+
+    cmake = ["cmake", "-S", "s", "-B", "b", "-G", "Ninja"]
+    assert with_launcher(cmake, "/usr/bin/ccache")[-3:] == [
+        "-DCMAKE_C_COMPILER_LAUNCHER=/usr/bin/ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=/usr/bin/ccache",
+        "-DCMAKE_CUDA_COMPILER_LAUNCHER=/usr/bin/ccache"]
+    assert with_launcher(cmake, None) == cmake
+    mine = cmake + ["-DCMAKE_CUDA_COMPILER_LAUNCHER=sccache"]
+    assert with_launcher(mine, "/usr/bin/ccache") == mine                  # the user's own launcher stays
+    assert with_launcher(["python3", "configure.py", "b"], "/usr/bin/ccache") == ["python3", "configure.py", "b"]
+    recipe = BuildRecipe(configure_cmd="cmake -S {source} -B {build}", build_cmd="ninja -C {build}",
+                         launcher="/usr/bin/ccache")
+    assert recipe.configure_argv(Path("/s"), Path("/b"))[-1] == "-DCMAKE_CUDA_COMPILER_LAUNCHER=/usr/bin/ccache"
+    assert recipe.build_argv(Path("/s"), Path("/b")) == ["ninja", "-C", "/b"]

@@ -22,6 +22,7 @@ from kvdiag.store.runs import RunDir, RunStore
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bisect"
 FIX = FIXTURES / "d7-fix-fork"
+CAUSE = FIXTURES / "d7-cause-fork"
 OLD = "ff3954375c38bf0755abbdcad414b339b21d794f"      # "Extend GGML backends for mixed-precision tail attention"
 FIXED_BY = "c3ebc89de7d9c8a35b742db9eb598715d2948243"  # "Implement faithful KVarN exact-tail storage"
 PARENT = "222688561"                                    # "Document exact standard KV tail representations"
@@ -95,12 +96,25 @@ def test_git_confirms_the_found_commit_in_its_own_log():
     assert f"# broken: [{OLD}]" in log
 
 
+def test_the_cause_bisection_names_the_signature_change_from_its_two_ends_alone():
+    """28921ad97..ff3954375 is one commit: the ends are judged, git names the new end at `bisect start`."""
+    record = recorded(CAUSE)
+    assert record.direction is Direction.CAUSE and record.exit_code == 0
+    old, new = record.ends()
+    assert old.commit.startswith("28921ad97") and (old.verdict, old.exit) == ("not-reproduced", GOOD)
+    assert (new.commit, new.verdict, new.exit) == (OLD, "confirmed", BAD)
+    assert [s.role for s in record.steps] == [ROLE_OLD, ROLE_NEW]
+    assert record.found.commit == OLD and record.parent.commit == old.commit
+    assert render_bisect(record) == (CAUSE / "kvdiag-bisect.txt").read_text()
+    assert f"# first bad commit: [{OLD}]" in (CAUSE / "bisect-log.txt").read_text()
+
+
 @pytest.fixture
 def d7_store(tmp_path: Path) -> tuple:
     """A run store holding the recorded bisection and one D7 run (the report is of a run)."""
     home = tmp_path / "home"
     store = RunStore(home)
-    for folder in sorted(FIXTURES.iterdir()):
+    for folder in (FIX, CAUSE):
         data = json.loads((folder / "bisect-run.json").read_text())
         run = store.root / Path(data["bisect"]["run_dir"]).name
         run.mkdir(parents=True)
@@ -126,3 +140,6 @@ def test_the_report_of_d7_states_what_bisection_established(d7_store):
     assert "both ends as required" in section and "(2026-12-02 " in section
     assert "- In the registry, for https://github.com/GenerelSchwerz/llama.cpp: " in section
     assert "fixed `c3ebc89de`" in section
+    assert section.startswith(f"- **introduced by `{OLD[:12]}`** (Extend GGML backends for mixed-precision tail "
+                              f"attention): established by `kvdiag bisect --cause` over `28921ad9702d..{OLD[:12]}` "
+                              "(2 commits judged, both ends as required)")
