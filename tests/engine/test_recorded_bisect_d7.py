@@ -134,7 +134,7 @@ def d7_store(tmp_path: Path) -> tuple:
 def test_the_report_of_d7_states_what_bisection_established(d7_store):
     entry, run = d7_store
     text = upstream_report(entry, run)
-    section = text.split("## Bisection\n", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## Bisection\n\n", 1)[1].split("\n## ", 1)[0]
     assert f"**fixed by `{FIXED_BY[:12]}`** (Implement faithful KVarN exact-tail storage): established by " \
            f"`kvdiag bisect --fix` over `{OLD[:12]}..a51b763fd5e6`" in section
     assert "both ends as required" in section and "(2026-12-02 " in section
