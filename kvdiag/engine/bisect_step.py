@@ -6,10 +6,12 @@ kvdiag.commands.bisect bisect-step …``). It never raises for a commit's own
 failure: a build that fails, a verdict that is neither of the direction's two
 and an error of kvdiag's are all a skip (125), recorded with their reason.
 
-The build tree is one folder for the whole bisection: it is configured at the
-first step (or again when a configure failed) and later steps only build, so
-ninja recompiles what the checkout changed; the generator's own re-run rule
-reconfigures when a CMakeLists.txt changed. A step whose entry runs a compile
+The build tree is one folder for the whole bisection, so each step's build
+recompiles only what the checkout changed. The configure runs again at every
+step, on that same folder (seconds; no object is rebuilt by it): llama.cpp and
+ggml list their CUDA sources with ``file(GLOB)`` without ``CONFIGURE_DEPENDS``, so
+a commit that adds or removes a ``.cu`` file without touching a CMakeLists.txt
+would otherwise be built from the previous commit's source list. A step whose entry runs a compile
 step (D7) builds nothing here: that step configures its own kept scratch build
 of the source tree (:mod:`kvdiag.engine.compile_check`).
 """
@@ -121,7 +123,7 @@ def _build_and_run(entry: Entry, source: Path, build_dir: Path, recipe: BuildRec
     if recipe is not None:
         try:
             build_tree(recipe, Path(source), Path(build_dir), log_dir=logs, label="bisect", progress=progress,
-                       reuse_configure=True, times=times)
+                       times=times)
         except BuildFailed as exc:
             last = exc.tail[-1] if exc.tail else ""
             return {"verdict": "build-failed", "reason": f"{exc}" + (f": {last}" if last else ""), "exit": SKIP,

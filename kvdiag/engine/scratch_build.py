@@ -8,7 +8,6 @@ flags, every GGML_*/LLAMA_* option) or with the user's ``--configure-cmd`` /
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -152,26 +151,10 @@ class BuildTimes:
     build_s: float | None = None
 
 
-CONFIGURED_STAMP = "kvdiag-configured.json"    # the configure argv that last succeeded in this build folder
-
-
-def configured_with(build: Path, argv: list[str]) -> bool:
-    """This folder's last configure was exactly ``argv`` and succeeded (the stamp lives in the folder, so a
-    folder emptied since has none)."""
-    try:
-        stamp = json.loads((build / CONFIGURED_STAMP).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return stamp == argv
-
-
 def build_tree(recipe: BuildRecipe, source: Path, build: Path, *, log_dir: Path, label: str,
-               progress: Progress | None = None, reuse_configure: bool = False,
-               times: dict[str, float] | None = None) -> BuildTimes:
+               progress: Progress | None = None, times: dict[str, float] | None = None) -> BuildTimes:
     """Configure (when there is a configure command) and build; BuildFailed with the log's tail on failure.
 
-    ``reuse_configure``: skip the configure when this folder was configured by the same command before (a
-    bisection's one build tree: the generator re-runs cmake itself when a CMakeLists.txt changed).
     ``times`` gets the seconds of each phase as it ends, a failed one included."""
     build.mkdir(parents=True, exist_ok=True)
     progress = progress or Progress()
@@ -181,11 +164,6 @@ def build_tree(recipe: BuildRecipe, source: Path, build: Path, *, log_dir: Path,
     for phase, argv, timeout in steps:
         if argv is None:
             continue
-        if phase == "configure" and reuse_configure and configured_with(build, argv):
-            progress.say(f"{label}: configured earlier with the same command: not configuring again")
-            continue
-        if phase == "configure":
-            (build / CONFIGURED_STAMP).unlink(missing_ok=True)
         progress.say(f"{label}: {phase}: {shlex.join(argv[:8])}{' …' if len(argv) > 8 else ''}")
         started = time.monotonic()
         progress.start(f"{label}: {phase}", budget_s=timeout)
@@ -203,6 +181,4 @@ def build_tree(recipe: BuildRecipe, source: Path, build: Path, *, log_dir: Path,
             tail = [ln for ln in result.combined_text().splitlines() if ln.strip()][-TAIL_LINES:]
             raise BuildFailed(phase, result, f"{label}: {phase} failed ({result.describe()}): {shlex.join(argv)}",
                               tail)
-        if phase == "configure" and reuse_configure:
-            (build / CONFIGURED_STAMP).write_text(json.dumps(argv), encoding="utf-8")
     return BuildTimes(times.get("configure"), times.get("build"))

@@ -90,7 +90,7 @@ class StepRecord:
     duration_s: float = 0.0            # the whole step: checkout to verdict
     build_log: str | None = None
     role: str = ROLE_STEP              # "old end", "new end" or "step"
-    # Where the time went. A build's configure (None: the build tree was configured already) and build; a
+    # Where the time went. A build's configure (None: the recipe has no configure command) and build; a
     # compile step (D7) builds nothing first, and its own scratch configure and object build are given
     # here instead, the run then being the rest of the entry's run (the compile control, judging).
     configure_s: float | None = None

@@ -44,10 +44,13 @@ def test_cause_bisection_blames_the_introducing_commit_and_skips_the_broken_buil
     by_commit = {s["commit"]: s for s in report["steps"]}
     assert by_commit[shas[2]]["verdict"] == "build-failed" and by_commit[shas[2]]["exit"] == SKIP
     assert all(s["exit"] in (0, 1, 125) for s in report["steps"])
-    # every step says where its time went; the build tree is configured once
-    configured = [s for s in report["steps"] if s["configure_s"] is not None]
-    assert configured == report["steps"][:1]
-    assert all(s["build_s"] is not None for s in report["steps"])
+    # one build tree for the whole bisection: every step's run names the same build folder
+    build_dirs = {json.loads((Path(s["run_dir"]) / "run.json").read_text())["target"]["build"]["build_dir"]
+                  for s in report["steps"] if s["run_dir"]}
+    assert len(build_dirs) == 1 and build_dirs.pop().endswith("/build")
+    # every step says where its time went; every step configures (the same tree) and builds
+    assert all(s["configure_s"] is not None for s in report["steps"])
+    assert all(s["build_s"] is not None for s in report["steps"] if s["verdict"] != "build-failed")
     assert all(s["run_s"] is not None for s in report["steps"] if s["verdict"] != "build-failed")
     # evidence read back from the record, not re-run: the step file is the report's source
     steps_file = Path(report["run_dir"]) / "bisect-steps.json"
