@@ -62,8 +62,8 @@ def step_recipe(entry, step, configure_cmd, build_cmd, build_dir, jobs, launcher
 @click.option("--good", help="Cause direction, git's word for --old.")
 @click.option("--bad", help="Cause direction, git's word for --new.")
 @click.option("--build-cmd", help="Build command at each commit; {source}, {build}, {jobs} substituted (no shell).")
-@click.option("--configure-cmd", help="Configure command (first step, or after one failed); {source} and {build} "
-                                      "substituted.")
+@click.option("--configure-cmd", help="Configure command, run at each commit on the one build tree; {source} and "
+                                      "{build} substituted.")
 @click.option("--build", "build_dir", type=click.Path(path_type=Path),
               help="Reuse this build's CMake configuration at each commit (instead of --configure-cmd).")
 @click.option("-j", "--jobs", type=click.IntRange(1, 1024), help="Build jobs (default: the CPU count).")
