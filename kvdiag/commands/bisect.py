@@ -20,6 +20,7 @@ from typing import Sequence
 
 import click
 
+from kvdiag.commands.options import Count, Seconds
 from kvdiag.commands.probes import _inspect, _recipe, _registry
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import ExitCode
@@ -66,12 +67,12 @@ def step_recipe(entry, step, configure_cmd, build_cmd, build_dir, jobs, launcher
                                       "{build} substituted.")
 @click.option("--build", "build_dir", type=click.Path(path_type=Path),
               help="Reuse this build's CMake configuration at each commit (instead of --configure-cmd).")
-@click.option("-j", "--jobs", type=click.IntRange(1, 1024), help="Build jobs (default: the CPU count).")
+@click.option("-j", "--jobs", type=Count(1, 1024), help="Build jobs (default: the CPU count).")
 @click.option("--launcher/--no-launcher", "use_launcher", default=True, show_default=True,
               help="Put ccache (or sccache) in front of the compilers of a cmake configure, when on PATH.")
 @click.option("--step", help="The repro step (default: the entry's default).")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
-@click.option("--timeout", type=click.IntRange(1, 10**7), default=24 * 3600, show_default=True,
+@click.option("--timeout", type=Seconds(10**7), default=24 * 3600, show_default=True,
               help="Seconds git bisect run may take (the two ends are judged before it).")
 @click.option("--keep", is_flag=True, help="Keep the scratch worktree and build.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -129,7 +130,7 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, build_cmd, con
 @click.option("--configure-cmd")
 @click.option("--build-cmd")
 @click.option("--build", "reference_dir", type=click.Path(path_type=Path))
-@click.option("-j", "--jobs", type=click.IntRange(1, 1024))
+@click.option("-j", "--jobs", type=Count(1, 1024))
 @click.option("--registry", "registry_dir", type=click.Path(path_type=Path))
 @click.option("--step")
 @click.option("--sanitizer", type=click.Path(path_type=Path))
