@@ -62,6 +62,9 @@ def step_recipe(entry, step, configure_cmd, build_cmd, build_dir, jobs, launcher
 @click.option("--new", help="The newer end: confirmed there (cause), not reproduced (--fix).")
 @click.option("--good", help="Cause direction, git's word for --old.")
 @click.option("--bad", help="Cause direction, git's word for --new.")
+@click.option("--first-parent", is_flag=True,
+              help="Follow only first parents (git bisect --first-parent): on a fork's own line a merge of upstream "
+                   "is one step, and the merged commits are never built.")
 @click.option("--build-cmd", help="Build command at each commit; {source}, {build}, {jobs} substituted (no shell).")
 @click.option("--configure-cmd", help="Configure command, run at each commit on the one build tree; {source} and "
                                       "{build} substituted.")
@@ -78,8 +81,8 @@ def step_recipe(entry, step, configure_cmd, build_cmd, build_dir, jobs, launcher
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.pass_obj
-def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, build_cmd, configure_cmd, build_dir, jobs,
-               use_launcher, step, sanitizer, timeout, keep, fmt, quiet) -> int:
+def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, first_parent, build_cmd, configure_cmd, build_dir,
+               jobs, use_launcher, step, sanitizer, timeout, keep, fmt, quiet) -> int:
     """Find the commit that introduced a defect, or with --fix the one that fixed it.
 
     Both ends are judged first: a cause bisection needs the old end not
@@ -111,7 +114,7 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, build_cmd, con
                             reference_build=build_dir.absolute() if build_dir else None, jobs=jobs,
                             registry_dir=Path(registry.root).resolve(), step=step,
                             sanitizer=sanitizer.resolve() if sanitizer else None, timeout=float(timeout),
-                            keep=keep, launcher=launcher if recipe is not None else None)
+                            keep=keep, launcher=launcher if recipe is not None else None, first_parent=first_parent)
     with progress_display(quiet or fmt != "text") as progress:
         report = run_bisect(request, home=kvdiag_home(), progress=progress)
     if fmt == "json":

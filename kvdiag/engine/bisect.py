@@ -10,7 +10,9 @@ bisect state is per worktree) and:
    verdicts: git would otherwise bisect a range that does not hold what it is
    told, and blame an innocent commit;
 2. ``git bisect start`` with the direction's terms (good/bad, or broken/fixed)
-   and the two ends as judged, then ``git bisect run`` with kvdiag's step
+   and the two ends as judged (``--first-parent`` with ``first_parent``: a fork's
+   own line, where a merge of upstream is one step and the merged commits are not
+   visited), then ``git bisect run`` with kvdiag's step
    command, which answers git's way: 0 the old term, 1 the new term, 125 skip.
    A commit that does not build, or whose verdict is neither of the two, is
    skipped, never blamed; when only skipped commits are left, git's list of
@@ -81,6 +83,7 @@ class BisectRequest:
     timeout: float = BISECT_TIMEOUT_S
     keep: bool = False
     launcher: str | None = None
+    first_parent: bool = False               # follow only first parents: a merge is one commit, its side unvisited
 
 
 def step_argv(request: BisectRequest, worktree: Path, build_dir: Path, record: Path) -> list[str]:
@@ -129,7 +132,7 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
     report = BisectRecord(entry.id, request.direction, old, new, found, parent, candidates,
                           tuple(read_steps(record)), message, str(run_dir.path), verified,
                           status_before == porcelain_status(source, logs), str(source),
-                          _repository(Git(source, logs, "git-src")), request.launcher)
+                          _repository(Git(source, logs, "git-src")), request.launcher, request.first_parent)
     run_dir.write_record(running.with_status("finished", bisect=report.to_dict()))
     return report
 
@@ -178,7 +181,8 @@ def _drive(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, re
     always ``git bisect reset``."""
     term_old, term_new = request.direction.terms
     terms = [] if request.direction is Direction.CAUSE else [f"--term-old={term_old}", f"--term-new={term_new}"]
-    start = git.run("bisect", "start", *terms, new, old, name="bisect-start")
+    first = ["--first-parent"] if request.first_parent else []
+    start = git.run("bisect", "start", *first, *terms, new, old, name="bisect-start")
     if not start.ok:
         raise UsageError(f"git bisect start {new[:12]} {old[:12]} failed: {_last_lines(start.combined_text())}")
     try:

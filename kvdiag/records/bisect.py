@@ -155,6 +155,7 @@ class BisectRecord:
     source: str | None = None             # the source tree bisected (a path on the machine that ran it)
     repository: str | None = None         # its origin remote's URL, when it has one
     launcher: str | None = None           # ccache / sccache put in front of the compilers
+    first_parent: bool = False            # git bisect --first-parent: merges judged, their sides not visited
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -181,7 +182,7 @@ class BisectRecord:
                 "steps": [s.to_dict() for s in self.steps], "message": self.message, "run_dir": self.run_dir,
                 "ends_verified": self.ends_verified, "source_status_unchanged": self.status_unchanged,
                 "source": self.source, "repository": self.repository, "launcher": self.launcher,
-                "exit_code": self.exit_code, **self.extra}
+                "first_parent": self.first_parent, "exit_code": self.exit_code, **self.extra}
         # the cause direction's historical names, kept for readers of kvdiag 0.1.x's bisect records
         if self.direction is Direction.CAUSE:
             data.update(good=self.old, bad=self.new, first_bad=found)
@@ -194,7 +195,8 @@ class BisectRecord:
         new = str(data.get("new") or data.get("bad") or "")
         found = data.get("found") if "found" in data else data.get("first_bad")
         own = {"entry", "direction", "old", "new", "terms", "found", "parent", "candidates", "steps", "message",
-               "run_dir", "ends_verified", "source_status_unchanged", "source", "repository", "launcher", "good",
+               "run_dir", "ends_verified", "source_status_unchanged", "source", "repository", "launcher",
+               "first_parent", "good",
                "bad", "first_bad", "exit_code"}
         return cls(entry_id=str(data.get("entry") or ""), direction=direction, old=old, new=new,
                    found=CommitEvidence.from_dict(found), parent=CommitEvidence.from_dict(data.get("parent")),
@@ -204,6 +206,7 @@ class BisectRecord:
                    ends_verified=bool(data.get("ends_verified", True)),
                    status_unchanged=bool(data.get("source_status_unchanged", True)),
                    source=data.get("source"), repository=data.get("repository"), launcher=data.get("launcher"),
+                   first_parent=bool(data.get("first_parent", False)),
                    extra={k: v for k, v in data.items() if k not in own})
 
 

@@ -24,7 +24,8 @@ def render_bisect(report: BisectRecord) -> str:
     from tabulate import tabulate
 
     d = report.direction
-    lines = [f"kvdiag bisect {report.entry_id} ({d.value}: {d.found_means}): old {report.old[:12]}, "
+    along = ", first parents only" if report.first_parent else ""
+    lines = [f"kvdiag bisect {report.entry_id} ({d.value}: {d.found_means}{along}): old {report.old[:12]}, "
              f"new {report.new[:12]}", ""]
     if report.steps:
         lines.append(tabulate(step_rows(report), headers=STEP_HEADERS))

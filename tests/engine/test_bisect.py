@@ -217,3 +217,24 @@ def test_ccache_goes_in_front_of_the_compilers_of_a_cmake_configure_only():
                          launcher="/usr/bin/ccache")
     assert recipe.configure_argv(Path("/s"), Path("/b"))[-1] == "-DCMAKE_CUDA_COMPILER_LAUNCHER=/usr/bin/ccache"
     assert recipe.build_argv(Path("/s"), Path("/b")) == ["ninja", "-C", "/b"]
+
+
+def test_first_parent_judges_a_merge_as_one_commit_and_never_visits_its_side(tmp_path: Path, env: Path, capsys):
+    """A fork's line merging upstream: the defect came in on the merged side; --first-parent blames the merge."""
+    src = new_project(tmp_path / "merges", kernel="uniform")
+    old = git(src, "rev-parse", "HEAD")
+    git(src, "checkout", "-q", "-b", "upstream")
+    commit(src, "upstream: docs", README="upstream docs\n")
+    side = commit(src, "upstream: split the barrier", kernel="divergent")
+    git(src, "checkout", "-q", "main")
+    commit(src, "fork: notes", NOTES="fork\n")
+    git(src, "merge", "-q", "--no-edit", "upstream")
+    merge = git(src, "rev-parse", "HEAD")
+    new = commit(src, "fork: more notes", NOTES="fork 2\n")
+    code = run_cli(bisect(env, src, old, new, "--first-parent", "--format", "json"))
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["first_parent"] is True
+    assert report["found"]["commit"] == merge
+    assert side not in {s["commit"] for s in report["steps"]}
+    code = run_cli(bisect(env, src, old, new, "--format", "json"))
+    assert code == 0 and json.loads(capsys.readouterr().out)["found"]["commit"] == side
