@@ -85,9 +85,7 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], list[tuple[int, str]]]] = {
     "history": (("kvdiag history D2 --limit 10",), [(0, "shown"), USAGE, HARNESS]),
     "report": (("kvdiag report D2 -o d2-upstream.md",),
                [(0, "written"), (64, "unknown id, or no finished run of it"), HARNESS]),
-    "bisect": (("kvdiag bisect D2 --source ~/ggml --old 1a2b3c4 --new HEAD --build ~/ggml/build",
-                "kvdiag bisect D7 --fix --step compile-kvarn-case-history --source ~/fork --old ff3954375 "
-                "--new a51b763fd"),
+    "bisect": (("kvdiag bisect D2 --source ~/ggml --old 1a2b3c4 --new HEAD --build ~/ggml/build",),
                [(0, "the introducing (or, with --fix, the fixing) commit was found"),
                 (4, "the ends do not hold (both verdicts named), or skipped commits leave it ambiguous"), USAGE,
                 DATA, HARNESS, INTERRUPTED]),
