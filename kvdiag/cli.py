@@ -471,12 +471,13 @@ def _jsonable(value):
 
 def _register_commands() -> None:
     """Commands that live in their own modules (one axis each), added to the group here."""
+    from kvdiag.commands.bisect import COMMANDS as BISECT_COMMANDS
     from kvdiag.commands.probes import COMMANDS as PROBE_COMMANDS
     from kvdiag.commands.sweeps import COMMANDS as SWEEP_COMMANDS
 
     from kvdiag.commands.model import model_group
 
-    for command in (*PROBE_COMMANDS, *SWEEP_COMMANDS, model_group):
+    for command in (*PROBE_COMMANDS, *BISECT_COMMANDS, *SWEEP_COMMANDS, model_group):
         cli.add_command(command)
     add_help_blocks(cli)
 

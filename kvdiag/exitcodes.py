@@ -1,7 +1,7 @@
 """Documented exit codes, distinct per verdict class so CI and `git bisect run` can use them.
 
 Verdict runs exit with the code of their verdict. Codes >= 64 are never verdicts.
-`kvdiag bisect` maps verdicts onto git's own convention (0 good, 1 bad, 125 skip)
+`kvdiag bisect` maps verdicts onto git's own convention (0 the old term, 1 the new term, 125 skip)
 itself; these codes are for every other command.
 """
 

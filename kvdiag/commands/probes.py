@@ -1,22 +1,15 @@
-"""``kvdiag probe …``, ``kvdiag verify`` and ``kvdiag bisect`` (and the hidden ``bisect-step``).
+"""``kvdiag probe …`` and ``kvdiag verify`` (``kvdiag bisect`` is in :mod:`kvdiag.commands.bisect`).
 
 Registered in kvdiag/cli.py with ``cli.add_command``; each takes the CLI's
 ``Context`` (for ``.registry``) through ``click.pass_obj``. Like every command,
 they return an exit code and raise kvdiag's errors for ``main`` to print.
-
-``bisect-step`` is what ``git bisect run`` calls at each commit; it answers in
-git's convention (0 good, 1 bad, 125 skip) and never raises. It also runs
-without the main CLI as ``python -m kvdiag.commands.probes bisect-step …``,
-which is how ``kvdiag bisect`` calls it.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
 
 import click
 from tabulate import tabulate
@@ -225,12 +218,12 @@ def probe_drop(worktree_dir: Path) -> int:
 # --------------------------------------------------------------------------- verify
 
 
-def _recipe(entry, configure_cmd, build_cmd, reference, jobs, build_timeout=None):
+def _recipe(entry, configure_cmd, build_cmd, reference, jobs, build_timeout=None, launcher=None):
     from kvdiag.engine.scratch_build import BUILD_TIMEOUT_S, BuildRecipe
 
     return BuildRecipe(configure_cmd=configure_cmd, build_cmd=build_cmd, reference=reference,
                        targets=entry.requires.binaries, jobs=jobs,
-                       build_timeout=build_timeout or BUILD_TIMEOUT_S)
+                       build_timeout=build_timeout or BUILD_TIMEOUT_S, launcher=launcher)
 
 
 def _inspect(build_dir: Path | None):
@@ -298,128 +291,4 @@ def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, bui
     return report.exit_code
 
 
-# --------------------------------------------------------------------------- bisect
-
-
-@click.command("bisect")
-@click.argument("entry_id")
-@click.option("--source", type=click.Path(path_type=Path), required=True, help="The git checkout to bisect.")
-@click.option("--good", required=True, help="A commit without the defect.")
-@click.option("--bad", required=True, help="A commit with the defect.")
-@click.option("--build-cmd", help="Build command at each commit; {source}, {build}, {jobs} substituted (no shell).")
-@click.option("--configure-cmd", help="Configure command at each commit; {source} and {build} substituted.")
-@click.option("--build", "build_dir", type=click.Path(path_type=Path),
-              help="Reuse this build's CMake configuration at each commit (instead of --configure-cmd).")
-@click.option("-j", "--jobs", type=Count(1, 1024), help="Build jobs (default: the CPU count).")
-@click.option("--step", help="The repro step (default: the entry's default).")
-@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
-@click.option("--timeout", type=Seconds(10**7), default=24 * 3600, show_default=True,
-              help="Seconds the whole bisection may take.")
-@click.option("--keep", is_flag=True, help="Keep the scratch worktree and build.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
-@click.pass_obj
-def bisect_cmd(obj, entry_id, source, good, bad, build_cmd, configure_cmd, build_dir, jobs, step, sanitizer, timeout,
-               keep, fmt, quiet) -> int:
-    """Find the commit that introduced a defect (`git bisect run` in a scratch worktree).
-
-    Each commit is built and the entry run: not-reproduced is good, confirmed is
-    bad, and anything else (a build failure, skipped, inconclusive) is skipped —
-    never blamed. Exit 0 when a first bad commit was found, 4 when skipped
-    commits leave it ambiguous or git could not name one.
-    """
-    from kvdiag.commands.progress import progress_display
-    from kvdiag.engine.bisect import BisectRequest, run_bisect
-    from kvdiag.home import kvdiag_home
-    from kvdiag.report.bisect_text import render_bisect
-
-    registry = _registry(obj)
-    entry = registry.get(entry_id)
-    if build_dir is not None and not build_dir.exists():
-        raise UsageError(f"build folder does not exist: {build_dir}")
-    _recipe(entry, configure_cmd, build_cmd, _inspect(build_dir), jobs)   # validates the combination now
-    request = BisectRequest(entry=entry, source=source, good=good, bad=bad, configure_cmd=configure_cmd,
-                            build_cmd=build_cmd, reference_build=build_dir.absolute() if build_dir else None,
-                            jobs=jobs, registry_dir=registry.root, step=step, sanitizer=sanitizer,
-                            timeout=float(timeout), keep=keep)
-    with progress_display(quiet or fmt != "text") as progress:
-        report = run_bisect(request, home=kvdiag_home(), progress=progress)
-    if fmt == "json":
-        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
-    else:
-        click.echo(render_bisect(report), nl=False)
-    return report.exit_code
-
-
-@click.command("bisect-step", hidden=True)
-@click.argument("entry_id")
-@click.option("--source", type=click.Path(path_type=Path), required=True)
-@click.option("--build-dir", type=click.Path(path_type=Path), required=True)
-@click.option("--record", type=click.Path(path_type=Path))
-@click.option("--configure-cmd")
-@click.option("--build-cmd")
-@click.option("--build", "reference_dir", type=click.Path(path_type=Path))
-@click.option("-j", "--jobs", type=Count(1, 1024))
-@click.option("--registry", "registry_dir", type=click.Path(path_type=Path))
-@click.option("--step")
-@click.option("--sanitizer", type=click.Path(path_type=Path))
-@click.pass_obj
-def bisect_step_cmd(obj, entry_id, source, build_dir, record, configure_cmd, build_cmd, reference_dir, jobs,
-                    registry_dir, step, sanitizer) -> int:
-    """One step of `git bisect run`: build this commit, run the entry; exit 0 good, 1 bad, 125 skip."""
-    from kvdiag.commands.progress import progress_display
-    from kvdiag.engine.bisect import SKIP, StepRecord, append_step, bisect_step
-    from kvdiag.home import kvdiag_home
-
-    try:
-        if registry_dir is not None:
-            from kvdiag.registry.loader import load_registry
-
-            registry = load_registry(registry_dir)
-        else:
-            registry = _registry(obj)
-        entry = registry.get(entry_id)
-        recipe = _recipe(entry, configure_cmd, build_cmd, _inspect(reference_dir), jobs)
-    except Exception as exc:  # noqa: BLE001 - git bisect run must get 125, not a traceback
-        click.echo(f"kvdiag bisect-step: {exc}", err=True)
-        if record is not None:
-            append_step(record, StepRecord("unknown", "error", str(exc), SKIP))
-        return SKIP
-    with progress_display(tty=False, plain_interval=float("inf")) as progress:   # lines into git bisect run's log
-        code = bisect_step(entry, source=source, build_dir=build_dir, recipe=recipe, home=kvdiag_home(),
-                           record=record, step=step, sanitizer=sanitizer, progress=progress)
-    click.echo(f"kvdiag bisect-step: exit {code} ({ {0: 'good', 1: 'bad'}.get(code, 'skip') })", err=True)
-    return code
-
-
-COMMANDS = (probe_group, verify_cmd, bisect_cmd, bisect_step_cmd)
-
-
-def _standalone(argv: Sequence[str] | None = None) -> int:
-    """``python -m kvdiag.commands.probes bisect-step …`` without the main CLI.
-
-    As a program it owns its process the way `kvdiag` does (kvdiag.commands.exits): when
-    `kvdiag bisect` is stopped, git's process group (this step among it) gets SIGTERM; the
-    step then ends its build or run, closes its run folders as interrupted and ends its
-    descendants, instead of dying with a run.json that says "running"."""
-    from kvdiag.commands.exits import finish
-    from kvdiag.proc import signals
-
-    own_process = argv is None
-    if own_process:
-        signals.install()
-    group = click.Group("kvdiag", commands={c.name: c for c in COMMANDS})
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        result = group.main(args=args, prog_name="kvdiag", standalone_mode=False)
-        code = int(result) if isinstance(result, int) else 0
-    except click.ClickException as exc:
-        exc.show()
-        code = 125 if args[:1] == ["bisect-step"] else int(ExitCode.USAGE)
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        code = int(ExitCode.INTERRUPTED)
-    return finish(code, "", own_process)
-
-
-if __name__ == "__main__":
-    sys.exit(_standalone())
+COMMANDS = (probe_group, verify_cmd)

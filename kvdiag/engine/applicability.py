@@ -52,18 +52,19 @@ def _cc(text: str) -> tuple[int, int]:
     return int(major), int(minor or 0)
 
 
-def check_applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
-    """First false `applies` condition (or None), and notes on those that could not be judged."""
-    reason, notes, _ = _applies(entry, facts)
+def check_applies(entry: Entry, facts: Facts, step: Step | None = None) -> tuple[str | None, list[str]]:
+    """First false `applies` condition (or None), and notes on those that could not be judged. A compile
+    step that names its own ``cmake_options`` is asked for those instead of the entry's."""
+    reason, notes, _ = _applies(entry, facts, step)
     return reason, notes
 
 
-def _applies(entry: Entry, facts: Facts) -> tuple[str | None, list[str], str | None]:
+def _applies(entry: Entry, facts: Facts, step: Step | None = None) -> tuple[str | None, list[str], str | None]:
     """First false condition, the notes, and its basis: "build" or "source" (see Judgement.basis)."""
     reason, notes = _build_conditions(entry, facts)
     if reason:
         return reason, notes, "build"
-    reason, more = _source_conditions(entry, facts)
+    reason, more = _source_conditions(entry, facts, step)
     return reason, notes + more, "source" if reason else None
 
 
@@ -91,13 +92,14 @@ def _build_conditions(entry: Entry, facts: Facts) -> tuple[str | None, list[str]
     return None, notes
 
 
-def _source_conditions(entry: Entry, facts: Facts) -> tuple[str | None, list[str]]:
-    """What the tree has: options, files, tests, ops, flags. Absent means the feature is not in the source."""
+def _source_conditions(entry: Entry, facts: Facts, step: Step | None) -> tuple[str | None, list[str]]:
+    """What the tree has: options, files, tests, ops, flags. Absent means the feature is not in the source.
+    A compile step's own ``cmake_options`` replace the entry's."""
     applies = entry.applies
     notes: list[str] = []
     build = facts.build
     has_cache = build is not None and build.cache_path is not None
-    for option in applies.cmake_options:
+    for option in step.required_options(applies.cmake_options) if step is not None else applies.cmake_options:
         if not has_cache:
             notes.append(f"no CMakeCache.txt: could not check for option {option}")
         elif option not in build.options:
@@ -215,7 +217,7 @@ def check_model_keys(keys, model: str | None) -> str | None:
 
 def judge_applicability(entry: Entry, step: Step, facts: Facts) -> Judgement:
     try:
-        reason, notes, basis = _applies(entry, facts)
+        reason, notes, basis = _applies(entry, facts, step)
     except FactMismatch as exc:
         return Judgement("inconclusive", str(exc))
     if reason:

@@ -1,17 +1,29 @@
-"""Bisection: which commit introduced a defect, driven by ``git bisect run``.
+"""Bisection in either direction: which commit introduced a defect, or which fixed it.
 
-``kvdiag bisect D2 --source SRC --good A --bad B --build-cmd '…'`` makes a
-scratch worktree of SRC (the user's tree, index and branches are never
-touched: bisect state is per worktree), runs ``git bisect start B A`` there and
-``git bisect run`` with kvdiag's own step command. Each step configures and
-builds the commit git checked out, runs the entry, and exits with git's
-convention: 0 good (not-reproduced), 1 bad (confirmed), 125 skip (a build that
-fails, skipped, not-applicable, inconclusive, or kvdiag's own error) — so a
-commit that does not build is skipped, never blamed. Each step appends its
-verdict to ``bisect-steps.json`` in the bisect's run directory, which is how
-the evidence at the first bad commit and at its parent is shown without
-re-running anything. ``git bisect reset`` and the worktree's removal follow,
-on success, failure and Ctrl-C.
+``kvdiag bisect D2 --source SRC --old A --new B`` (cause) or ``… --fix`` makes a
+scratch worktree of SRC (the user's tree, index and branches are never touched:
+bisect state is per worktree) and:
+
+1. judges both ends first, in that worktree and the bisection's one build tree:
+   a cause bisection needs OLD not-reproduced and NEW confirmed, a fix bisection
+   OLD confirmed and NEW not-reproduced. Any other pair stops here, naming both
+   verdicts: git would otherwise bisect a range that does not hold what it is
+   told, and blame an innocent commit;
+2. ``git bisect start`` with the direction's terms (good/bad, or broken/fixed)
+   and the two ends as judged (``--first-parent`` with ``first_parent``: a fork's
+   own line, where a merge of upstream is one step and the merged commits are not
+   visited), then ``git bisect run`` with kvdiag's step
+   command, which answers git's way: 0 the old term, 1 the new term, 125 skip.
+   A commit that does not build, or whose verdict is neither of the two, is
+   skipped, never blamed; when only skipped commits are left, git's list of
+   them is the answer ("one of these");
+3. ``git bisect log``, then ``git bisect reset`` and the worktree's removal, on
+   success, failure and Ctrl-C.
+
+Every step (the ends too) appends a `StepRecord` to ``bisect-steps.json`` in the
+bisection's run folder: its commit, verdict, what git was told, and the seconds of
+its configure, build and run. The commit found and its parent are shown with
+their own steps' evidence, read back from that file, not re-run.
 """
 
 from __future__ import annotations
@@ -21,183 +33,46 @@ import re
 import shutil
 import sys
 import tempfile
-import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from kvdiag import resources
-from kvdiag.engine.execute import RunInterrupted, RunOptions, run_entry
-from kvdiag.engine.gates import controls_gate_provider
-from kvdiag.engine.scratch_build import BuildFailed, BuildRecipe, build_tree
-from kvdiag.engine.target import prepare_target
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.bisect_step import append_step, bisect_step, read_steps
+from kvdiag.engine.scratch_build import BuildRecipe
 from kvdiag.errors import HarnessError, UsageError
-from kvdiag.fileio import load_json_file, write_atomic
-from kvdiag.exitcodes import ExitCode
+from kvdiag.fileio import write_atomic
 from kvdiag.probes.worktree import Git, porcelain_status, repo_toplevel, resolve_commit, scratch_worktree
-from kvdiag.proc.runner import CommandInterrupted
 from kvdiag.progress import Progress
-from kvdiag.records.run import RunRecord, target_record
+from kvdiag.records.bisect import (
+    ROLE_NEW,
+    ROLE_OLD,
+    BisectRecord,
+    CommitEvidence,
+    Direction,
+    StepRecord,
+)
+from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
-from kvdiag.store.runs import RunDir, RunStore, write_json_atomic
+from kvdiag.store.runs import RunStore, write_json_atomic
 
-GOOD, BAD, SKIP = 0, 1, 125
 BISECT_TIMEOUT_S = 24 * 3600.0
 STEPS_FILE = "bisect-steps.json"
-STEP_MODULE = "kvdiag.commands.probes"   # `python -m kvdiag.commands.probes bisect-step …`
-_FIRST_BAD = re.compile(r"^(?P<sha>[0-9a-f]{7,40}) is the first bad commit\s*$", re.M)
+STEP_MODULE = "kvdiag.commands.bisect"   # `python -m kvdiag.commands.bisect bisect-step …`
+_FIRST = re.compile(r"^(?P<sha>[0-9a-f]{7,40}) is the first (?P<term>\w+) commit\s*$", re.M)
 _ONLY_SKIPPED = re.compile(r"only 'skip'ped commits left to test", re.I)
 _SHA_LINE = re.compile(r"^(?P<sha>[0-9a-f]{40})\b", re.M)
-
-
-def verdict_to_bisect(verdict: Verdict) -> int:
-    """git bisect run's convention: 0 good, 1 bad, 125 skip."""
-    if verdict is Verdict.NOT_REPRODUCED:
-        return GOOD
-    if verdict is Verdict.CONFIRMED:
-        return BAD
-    return SKIP
-
-
-# --------------------------------------------------------------------------- one step
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """What one ``bisect-step`` found at one commit (one element of bisect-steps.json)."""
-
-    commit: str
-    verdict: str            # a Verdict value, or "build-failed" / "error"
-    reason: str
-    exit: int               # what the step told git: 0, 1 or 125
-    run_dir: str | None = None
-    duration_s: float = 0.0
-    build_log: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"commit": self.commit, "verdict": self.verdict, "reason": self.reason, "exit": self.exit,
-                "run_dir": self.run_dir, "duration_s": round(self.duration_s, 3), "build_log": self.build_log}
-
-
-def read_steps(path: Path) -> list[dict[str, Any]]:
-    try:
-        data = load_json_file(path)
-    except (OSError, ValueError):
-        return []
-    return data if isinstance(data, list) else []
-
-
-def append_step(path: Path, record: StepRecord) -> None:
-    steps = read_steps(path)
-    steps.append(record.to_dict())
-    write_json_atomic(Path(path), steps)
-
-
-def bisect_step(entry: Entry, *, source: Path, build_dir: Path, recipe: BuildRecipe, home: Path,
-                record: Path | None = None, step: str | None = None, sanitizer: Path | None = None,
-                progress: Progress | None = None) -> int:
-    """Build the commit checked out in ``source``, run the entry, return 0/1/125. Never raises.
-
-    Ctrl-C is re-raised (git bisect run then stops): it is not a verdict about the commit.
-    """
-    progress = progress or Progress()
-    started = time.monotonic()
-    store = RunStore(home)
-    commit = "unknown"
-    step_dir: RunDir | None = None
-    outcome_record: StepRecord
-    try:
-        step_dir = store.create(f"{entry.id}-bisect-step",
-                                RunRecord(entry=f"{entry.id}-bisect-step", status="running", kind="bisect-step"))
-        logs = step_dir.logs
-        commit = Git(source, logs, "git-step").out("rev-parse", "HEAD", name="head")
-        try:
-            build_tree(recipe, Path(source), Path(build_dir), log_dir=logs, label="bisect", progress=progress)
-        except BuildFailed as exc:
-            last = exc.tail[-1] if exc.tail else ""
-            outcome_record = StepRecord(commit, "build-failed", f"{exc}" + (f": {last}" if last else ""), SKIP,
-                                        None, time.monotonic() - started, str(exc.log) if exc.log else None)
-        else:
-            setup = store.create("target")
-            target = prepare_target(Path(build_dir), log_dir=setup.logs, sanitizer=sanitizer, check_staleness=False)
-            setup.write_record(target_record(target.to_dict()))
-            run_dir = store.create(entry.id)
-            try:
-                outcome = run_entry(entry, target, run_dir, options=RunOptions(step=step, progress=progress),
-                                    gate_provider=controls_gate_provider(home, target, setup.logs))
-            except RunInterrupted:
-                raise KeyboardInterrupt from None
-            outcome_record = StepRecord(commit, outcome.verdict.value, outcome.reason,
-                                        verdict_to_bisect(outcome.verdict), str(run_dir.path),
-                                        time.monotonic() - started)
-    except (KeyboardInterrupt, CommandInterrupted):
-        raise KeyboardInterrupt from None
-    except Exception as exc:  # noqa: BLE001 - any failure of kvdiag is a skip for git, recorded with its reason
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        outcome_record = StepRecord(commit, "error", detail, SKIP, None, time.monotonic() - started)
-    try:
-        if record is not None:
-            append_step(record, outcome_record)
-        if step_dir is not None:
-            step_dir.write_record(RunRecord(entry=f"{entry.id}-bisect-step", status="finished", kind="bisect-step",
-                                            fields={"step": outcome_record.to_dict()}))
-    except OSError:
-        pass
-    return outcome_record.exit
-
-
-# --------------------------------------------------------------------------- the bisection
-
-
-@dataclass(frozen=True)
-class CommitEvidence:
-    commit: str
-    subject: str
-    verdict: str | None       # None: not tested in this bisection
-    reason: str
-    run_dir: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"commit": self.commit, "subject": self.subject, "verdict": self.verdict, "reason": self.reason,
-                "run_dir": self.run_dir}
-
-
-@dataclass(frozen=True)
-class BisectReport:
-    entry_id: str
-    good: str
-    bad: str
-    first_bad: CommitEvidence | None
-    parent: CommitEvidence | None
-    candidates: tuple[str, ...]            # when only skipped commits are left: any of these
-    steps: tuple[dict[str, Any], ...]
-    message: str
-    run_dir: Path
-    bisect_log: str = ""
-    status_unchanged: bool = True
-
-    @property
-    def exit_code(self) -> int:
-        if not self.status_unchanged:
-            return int(ExitCode.HARNESS)
-        return int(ExitCode.OK) if self.first_bad is not None else int(ExitCode.INCONCLUSIVE)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"entry": self.entry_id, "good": self.good, "bad": self.bad,
-                "first_bad": self.first_bad.to_dict() if self.first_bad else None,
-                "parent": self.parent.to_dict() if self.parent else None, "candidates": list(self.candidates),
-                "steps": list(self.steps), "message": self.message, "run_dir": str(self.run_dir),
-                "source_status_unchanged": self.status_unchanged, "exit_code": self.exit_code}
+_BISECTING = re.compile(r"Bisecting: \d+ revisions? left to test after this \(roughly (?P<steps>\d+) steps?\)")
 
 
 @dataclass(frozen=True)
 class BisectRequest:
     entry: Entry
     source: Path
-    good: str
-    bad: str
+    old: str
+    new: str
+    direction: Direction = Direction.CAUSE
+    recipe: BuildRecipe | None = None        # None: the entry's step compiles its own objects (no build)
     configure_cmd: str | None = None
     build_cmd: str | None = None
     reference_build: Path | None = None
@@ -207,52 +82,43 @@ class BisectRequest:
     sanitizer: Path | None = None
     timeout: float = BISECT_TIMEOUT_S
     keep: bool = False
+    launcher: str | None = None
+    first_parent: bool = False               # follow only first parents: a merge is one commit, its side unvisited
 
 
 def step_argv(request: BisectRequest, worktree: Path, build_dir: Path, record: Path) -> list[str]:
     """The command ``git bisect run`` runs at each commit (a list: git quotes each element)."""
     argv = [sys.executable, "-m", STEP_MODULE, "bisect-step", request.entry.id, "--source", str(worktree),
-            "--build-dir", str(build_dir), "--record", str(record)]
-    if request.configure_cmd is not None:
-        argv += ["--configure-cmd", request.configure_cmd]
-    if request.build_cmd is not None:
-        argv += ["--build-cmd", request.build_cmd]
-    if request.reference_build is not None:
-        argv += ["--build", str(request.reference_build)]
-    if request.jobs is not None:
-        argv += ["--jobs", str(request.jobs)]
-    if request.registry_dir is not None:
-        argv += ["--registry", str(request.registry_dir)]
-    if request.step is not None:
-        argv += ["--step", request.step]
-    if request.sanitizer is not None:
-        argv += ["--sanitizer", str(request.sanitizer)]
+            "--build-dir", str(build_dir), "--record", str(record), "--direction", request.direction.value]
+    options = (("--configure-cmd", request.configure_cmd), ("--build-cmd", request.build_cmd),
+               ("--build", request.reference_build), ("--jobs", request.jobs), ("--registry", request.registry_dir),
+               ("--step", request.step), ("--sanitizer", request.sanitizer), ("--launcher", request.launcher))
+    for flag, value in options:
+        if value is not None:
+            argv += [flag, str(value)]
     return argv
 
 
-def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None = None) -> BisectReport:
-    """Bisect in a scratch worktree; ``git bisect reset`` and its removal always follow."""
+def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None = None) -> BisectRecord:
+    """Judge the ends, then bisect between them, in a scratch worktree; ``git bisect reset`` and its removal
+    always follow. UsageError for ends that are not commits of SOURCE, equal, or not OLD before NEW."""
     progress = progress or Progress()
     entry = request.entry
-    store = RunStore(home)
     running = RunRecord(entry=f"{entry.id}-bisect", status="running", kind="bisect",
-                        fields={"good": request.good, "bad": request.bad, "source": str(request.source)})
-    run_dir = store.create(f"{entry.id}-bisect", running)
+                        fields={"direction": request.direction.value, "old": request.old, "new": request.new,
+                                "source": str(request.source)})
+    run_dir = RunStore(home).create(f"{entry.id}-bisect", running)
     logs = run_dir.logs
     source = repo_toplevel(request.source, logs)
-    good = resolve_commit(source, request.good, logs)
-    bad = resolve_commit(source, request.bad, logs)
-    if good == bad:
-        raise UsageError("--good and --bad are the same commit")
+    old, new = resolve_commit(source, request.old, logs), resolve_commit(source, request.new, logs)
+    _check_range(Git(source, logs, "git-src"), old, new)
     status_before = porcelain_status(source, logs)
     record = run_dir.path / STEPS_FILE
     write_json_atomic(record, [])
     scratch_root = Path(tempfile.mkdtemp(prefix=f"kvdiag-bisect-{entry.id}-"))
     try:
-        with scratch_worktree(source, bad, log_dir=logs, path=scratch_root / "src", keep=request.keep) as wt:
-            output, bisect_log = _drive(request, wt.git, wt.path, scratch_root / "build", record, good, bad,
-                                        progress)
-            first_bad, parent, candidates, message = _interpret(output, wt.git, record, good)
+        with scratch_worktree(source, old, log_dir=logs, path=scratch_root / "src", keep=request.keep) as wt:
+            result = _bisect_in(request, wt.git, wt.path, scratch_root / "build", record, old, new, home, progress)
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         run_dir.write_record(running.with_status(status, error=f"{type(exc).__name__}: {exc}"))
@@ -260,26 +126,71 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
     finally:
         if not request.keep:
             shutil.rmtree(scratch_root, ignore_errors=True)
-    status_after = porcelain_status(source, logs)
+    found, parent, candidates, message, bisect_log, verified = result
     write_atomic(run_dir.path / "bisect-log.txt", bisect_log)
-    report = BisectReport(entry.id, good, bad, first_bad, parent, candidates, tuple(read_steps(record)), message,
-                          run_dir.path, bisect_log, status_before == status_after)
+    report = BisectRecord(entry.id, request.direction, old, new, found, parent, candidates,
+                          tuple(read_steps(record)), message, str(run_dir.path), verified,
+                          status_before == porcelain_status(source, logs), str(source),
+                          _repository(Git(source, logs, "git-src")), request.launcher, request.first_parent)
     run_dir.write_record(running.with_status("finished", bisect=report.to_dict()))
     return report
 
 
-def _drive(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, record: Path, good: str, bad: str,
+def _check_range(git: Git, old: str, new: str) -> None:
+    if old == new:
+        raise UsageError("the old and new ends are the same commit")
+    if not git.run("merge-base", "--is-ancestor", old, new, name="is-ancestor").ok:
+        raise UsageError(f"the old end {old[:12]} is not an ancestor of the new end {new[:12]}: give the older "
+                         "commit as --old (--good) and the newer as --new (--bad)")
+
+
+def _bisect_in(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, record: Path, old: str, new: str,
+               home: Path, progress: Progress):
+    """The ends, then git's bisection: (found, parent, candidates, message, bisect log, ends verified)."""
+    direction = request.direction
+    ends = []
+    for role, commit in ((ROLE_OLD, old), (ROLE_NEW, new)):
+        git.out("checkout", "--quiet", "--detach", commit, name=f"checkout-{role.split()[0]}")
+        progress.say(f"{role} {commit[:12]}: building and running {request.entry.id}")
+        ends.append(bisect_step(request.entry, source=worktree, build_dir=build_dir, recipe=request.recipe,
+                                home=home, record=record, step=request.step, sanitizer=request.sanitizer,
+                                progress=progress, direction=direction, role=role))
+        progress.say(f"{role} {commit[:12]}: {ends[-1].verdict}: {ends[-1].reason}")
+    wrong = ends_problem(direction, ends[0], ends[1])
+    if wrong:
+        return None, None, (), wrong, "", False
+    output, bisect_log = _drive(request, git, worktree, build_dir, record, old, new, progress)
+    found, parent, candidates, message = _interpret(output, git, record, direction)
+    return found, parent, candidates, message, bisect_log, True
+
+
+def ends_problem(direction: Direction, old: StepRecord, new: StepRecord) -> str | None:
+    """Why the two ends cannot be bisected in this direction (None when they can)."""
+    if old.verdict == direction.old_verdict and new.verdict == direction.new_verdict:
+        return None
+    what = "a cause bisection" if direction is Direction.CAUSE else "a fix bisection"
+    return (f"the ends do not bracket a change: {what} needs the old end {direction.old_verdict} and the new end "
+            f"{direction.new_verdict}, but the old end {old.commit[:12]} was {old.verdict} ({old.reason}) and the "
+            f"new end {new.commit[:12]} was {new.verdict} ({new.reason}); nothing was bisected")
+
+
+def _drive(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, record: Path, old: str, new: str,
            progress: Progress) -> tuple[str, str]:
-    """``git bisect start``, ``git bisect run`` (its output), ``git bisect log``; always ``git bisect reset``."""
-    start = git.run("bisect", "start", bad, good, name="bisect-start")
+    """``git bisect start`` (both ends marked as judged), ``git bisect run`` (its output), ``git bisect log``;
+    always ``git bisect reset``."""
+    term_old, term_new = request.direction.terms
+    terms = [] if request.direction is Direction.CAUSE else [f"--term-old={term_old}", f"--term-new={term_new}"]
+    first = ["--first-parent"] if request.first_parent else []
+    start = git.run("bisect", "start", *first, *terms, new, old, name="bisect-start")
     if not start.ok:
-        raise UsageError(f"git bisect start {bad[:12]} {good[:12]} failed: {_last_lines(start.combined_text())}")
+        raise UsageError(f"git bisect start {new[:12]} {old[:12]} failed: {_last_lines(start.combined_text())}")
     try:
-        progress.say(f"bisecting {good[:12]}..{bad[:12]} in {worktree}")
+        if _FIRST.search(start.combined_text()):     # nothing between the ends: git names the new end at once
+            return start.combined_text(), git.run("bisect", "log", name="bisect-log").stdout_text()
         pythonpath = os.pathsep.join(p for p in (str(resources.import_root()), os.environ.get("PYTHONPATH")) if p)
         estimate = _BISECTING.search(start.combined_text())
         progress.begin("bisect steps", int(estimate.group("steps")) + 1 if estimate else None)
-        progress.start(f"git bisect run {good[:12]}..{bad[:12]}", budget_s=request.timeout)
+        progress.start(f"git bisect run {old[:12]}..{new[:12]}", budget_s=request.timeout)
         try:
             run = git.run("bisect", "run", *step_argv(request, worktree, build_dir, record), timeout=request.timeout,
                           name="bisect-run", env={"PYTHONPATH": pythonpath}, on_output=_step_counter(progress))
@@ -296,48 +207,56 @@ def _drive(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, re
         git.run("bisect", "reset", name="bisect-reset")
 
 
-_BISECTING = re.compile(r"Bisecting: \d+ revisions? left to test after this \(roughly (?P<steps>\d+) steps?\)")
-
-
 def _step_counter(progress: Progress):
     """on_output of `git bisect run`: each commit it judged is one step of the bisection."""
     def on_output(stream: str, line: str) -> None:
-        if _BISECTING.search(line) or _FIRST_BAD.search(line):
+        if _BISECTING.search(line) or _FIRST.search(line):
             progress.advance(line.strip()[:60])
+        elif line.startswith("kvdiag bisect-step: "):      # each step's verdict, as it lands
+            progress.say(line.strip().removeprefix("kvdiag "))
         else:
             progress.line(stream, line)
     return on_output
 
 
-def _interpret(output: str, git: Git, record: Path, good: str):
+def _interpret(output: str, git: Git, record: Path, direction: Direction):
     steps = read_steps(record)
-    found = _FIRST_BAD.search(output)
+    found = _FIRST.search(output)
     if found:
-        sha = git.out("rev-parse", found.group("sha"), name="rev-parse-first-bad")
-        first = _evidence(git, sha, steps, good)
+        sha = git.out("rev-parse", found.group("sha"), name="rev-parse-found")
+        first = _evidence(git, sha, steps)
         parents = git.out("rev-list", "--parents", "-n", "1", sha, name="parents").split()[1:]
-        parent = _evidence(git, parents[0], steps, good) if parents else None
-        return first, parent, (), f"{sha[:12]} is the first bad commit"
-    if _ONLY_SKIPPED.search(output):
-        tail = output[_ONLY_SKIPPED.search(output).end():]
+        parent = _evidence(git, parents[0], steps) if parents else None
+        return first, parent, (), f"{sha[:12]} is the first {direction.terms[1]} commit ({direction.found_means})"
+    skipped = _ONLY_SKIPPED.search(output)
+    if skipped:
+        tail = output[skipped.end():]
         candidates = tuple(dict.fromkeys(m.group("sha") for m in _SHA_LINE.finditer(tail)))
-        return None, None, candidates, ("only skipped commits are left: the first bad commit could be any of "
-                                        f"{len(candidates)} commit(s)")
-    return None, None, (), f"git bisect run did not name a first bad commit: {_last_lines(output)}"
+        return None, None, candidates, (f"only skipped commits are left: the first {direction.terms[1]} commit is "
+                                        f"one of these {len(candidates)}")
+    return None, None, (), f"git bisect run did not name a first {direction.terms[1]} commit: {_last_lines(output)}"
 
 
-def _evidence(git: Git, sha: str, steps: Sequence[dict[str, Any]], good: str) -> CommitEvidence:
+def _evidence(git: Git, sha: str, steps: Sequence[StepRecord]) -> CommitEvidence:
     subject = git.out("log", "-1", "--format=%s", sha, name="subject")
-    tested = [s for s in steps if str(s.get("commit")) == sha]
+    tested = [s for s in steps if s.commit == sha]
     if tested:
         last = tested[-1]
-        return CommitEvidence(sha, subject, str(last.get("verdict")), str(last.get("reason", "")),
-                              last.get("run_dir"))
-    why = "not tested in this bisection: it is the --good commit, taken as good" if sha == good else \
-        "not tested in this bisection"
-    return CommitEvidence(sha, subject, None, why)
+        return CommitEvidence(sha, subject, last.verdict, last.reason, last.run_dir)
+    return CommitEvidence(sha, subject, None, "not tested in this bisection")
+
+
+def _repository(git: Git) -> str | None:
+    """The source's origin URL when it is a URL (a local clone's path says nothing to a reader elsewhere)."""
+    result = git.run("remote", "get-url", "origin", name="origin-url")
+    url = result.stdout_text().strip() if result.ok else ""
+    return url if re.match(r"^(\w+://|git@)", url) else None
 
 
 def _last_lines(text: str, n: int = 3) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return " / ".join(lines[-n:]) or "(no output)"
+
+
+__all__ = ["BISECT_TIMEOUT_S", "BisectRequest", "STEPS_FILE", "append_step", "ends_problem", "run_bisect",
+           "step_argv"]

@@ -72,7 +72,8 @@ def attempt_compile(entry: Entry, step: Step, build, home: Path, log_dir: Path, 
     absent = [s for s in step.sources if not (source / s).is_file()]
     if absent:
         return _not_run(step, index, Verdict.NOT_APPLICABLE, f"the source tree {source} has no {', '.join(absent)}")
-    for option in entry.applies.cmake_options:
+    required = step.required_options(entry.applies.cmake_options)
+    for option in required:
         if option_definition(source, option) is None:
             return _not_run(step, index, Verdict.NOT_APPLICABLE,
                             f"no CMakeLists.txt or *.cmake file of {source} defines {option}")
@@ -81,7 +82,7 @@ def attempt_compile(entry: Entry, step: Step, build, home: Path, log_dir: Path, 
     name = f"{step.name}-{index}"
     try:
         run = scratch.compile_sources(step.sources, log_dir=log_dir, name=name, deadline=started + limit,
-                                      required_options=entry.applies.cmake_options,
+                                      required_options=required,
                                       on_output=on_output, say=say, cancel=cancel)
     except CommandInterrupted as exc:
         obs = observe(step, [exc.result], [])

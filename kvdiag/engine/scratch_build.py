@@ -60,6 +60,7 @@ class BuildRecipe:
     jobs: int | None = None
     configure_timeout: float = CONFIGURE_TIMEOUT_S
     build_timeout: float = BUILD_TIMEOUT_S
+    launcher: str | None = None           # ccache / sccache: put in front of the compilers of a cmake configure
 
     def __post_init__(self) -> None:
         if self.configure_cmd is None and self.build_cmd is None and self.reference is None:
@@ -75,10 +76,12 @@ class BuildRecipe:
     def configure_argv(self, source: Path, build: Path) -> list[str] | None:
         """The configure command, or None when only a build command was given."""
         if self.configure_cmd is not None:
-            return substitute(self.configure_cmd, self.values(source, build))
-        if self.reference is None or self.reference.cache_path is None:
+            argv = substitute(self.configure_cmd, self.values(source, build))
+        elif self.reference is None or self.reference.cache_path is None:
             return None
-        return cmake_configure_argv(self.reference, source, build)
+        else:
+            argv = cmake_configure_argv(self.reference, source, build)
+        return with_launcher(argv, self.launcher)
 
     def build_argv(self, source: Path, build: Path) -> list[str]:
         if self.build_cmd is not None:
@@ -87,6 +90,16 @@ class BuildRecipe:
         if self.targets:
             argv += ["--target", *self.targets]
         return argv + ["-j", str(self.jobs or os.cpu_count() or 1)]
+
+
+def with_launcher(argv: list[str], launcher: str | None) -> list[str]:
+    """A cmake configure with ``-DCMAKE_{C,CXX,CUDA}_COMPILER_LAUNCHER=launcher`` added, unless it names a
+    launcher itself or is not a cmake configure (a user's own script is left as it is)."""
+    if not launcher or not argv or Path(argv[0]).name != "cmake" or "--build" in argv:
+        return argv
+    if any("_COMPILER_LAUNCHER" in arg for arg in argv):
+        return argv
+    return argv + [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={launcher}" for lang in ("C", "CXX", "CUDA")]
 
 
 def cache_types(cache_path: Path | None) -> dict[str, str]:
@@ -139,11 +152,13 @@ class BuildTimes:
 
 
 def build_tree(recipe: BuildRecipe, source: Path, build: Path, *, log_dir: Path, label: str,
-               progress: Progress | None = None) -> BuildTimes:
-    """Configure (when there is a configure command) and build; BuildFailed with the log's tail on failure."""
+               progress: Progress | None = None, times: dict[str, float] | None = None) -> BuildTimes:
+    """Configure (when there is a configure command) and build; BuildFailed with the log's tail on failure.
+
+    ``times`` gets the seconds of each phase as it ends, a failed one included."""
     build.mkdir(parents=True, exist_ok=True)
     progress = progress or Progress()
-    times: dict[str, float] = {}
+    times = times if times is not None else {}
     steps = [("configure", recipe.configure_argv(source, build), recipe.configure_timeout),
              ("build", recipe.build_argv(source, build), recipe.build_timeout)]
     for phase, argv, timeout in steps:

@@ -16,7 +16,14 @@ from typing import Any, Callable
 from kvdiag.controls.staleness import prove_current
 from kvdiag.engine.applicability import Facts
 from kvdiag.proc.sanitizer import find_sanitizer
-from kvdiag.target.build import BackendOpsInfo, find_binaries, inspect_build, probe_backend_ops, probe_help
+from kvdiag.target.build import (
+    BackendOpsInfo,
+    find_binaries,
+    inspect_build,
+    probe_backend_ops,
+    probe_help,
+    source_tree_build,
+)
 from kvdiag.target.history import TreeHistory
 from kvdiag.target.host import Environment, fingerprint_environment
 from kvdiag.target.memo import TEXT, Codec, binary_key, environment_key, memoised
@@ -81,7 +88,7 @@ class Target:
 
 
 def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | None = None,
-                   check_staleness: bool = True, home: Path | None = None) -> Target:
+                   check_staleness: bool = True, home: Path | None = None, source_dir: Path | None = None) -> Target:
     """Inspect the build (CMakeCache, binaries, git, staleness), the GPU and the tools.
 
     With `home`, the environment fingerprint and the test-backend-ops probe are
@@ -113,9 +120,11 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
                                          lambda: probe_backend_ops(binary, log_dir=log_dir), BACKEND_OPS)
             elif binary is not None:
                 ops_future = pool.submit(probe_backend_ops, binary, log_dir=log_dir)
-        build = inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness) if build_dir else None
-        if build is not None:
-            build = proven(build, log_dir=log_dir, home=home)
+        if build_dir is not None:
+            build = proven(inspect_build(build_dir, log_dir=log_dir, check_staleness=check_staleness),
+                           log_dir=log_dir, home=home)
+        else:
+            build = source_tree_build(source_dir, log_dir=log_dir) if source_dir is not None else None
         environment = env_future.result()
         backend_ops = ops_future.result() if ops_future is not None else None
     server = binaries.get("llama-server")

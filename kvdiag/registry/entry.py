@@ -85,6 +85,11 @@ class Step:
     cmake_defines: Mapping[str, str] = field(default_factory=dict)   # compile: the scratch configure's -D options
     sources: tuple[str, ...] = ()                                    # compile: translation units to build
     exercise_probe: str | None = None   # backend-ops: the probe that adds this step's cases to a tree lacking them
+    cmake_options: tuple[str, ...] | None = None    # compile: options the tree must define; None: [applies]'s
+
+    def required_options(self, entry_options: tuple[str, ...]) -> tuple[str, ...]:
+        """The CMake options this step needs the tree to define: its own list, else the entry's."""
+        return self.cmake_options if self.cmake_options is not None else tuple(entry_options)
 
     @property
     def command_templates(self) -> tuple[tuple[str, ...], ...]:

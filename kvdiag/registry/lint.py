@@ -276,7 +276,7 @@ def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> Non
         add(where, f"a {step['kind']} step runs no command of its own")
     if step["kind"] == "compile" and not step.get("sources"):
         add(where, "a compile step needs sources (the translation units to build)")
-    for key in ("cmake_defines", "sources"):
+    for key in ("cmake_defines", "sources", "cmake_options"):
         if key in step and step["kind"] != "compile":
             add(f"{where}.{key}", "only compile steps configure a scratch build")
     for name, value in step.get("cmake_defines", {}).items():

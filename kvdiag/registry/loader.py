@@ -126,6 +126,7 @@ def _build_step(s: dict[str, Any]) -> Step:
         cmake_defines={str(k): str(v) for k, v in s.get("cmake_defines", {}).items()},
         sources=tuple(s.get("sources", ())),
         exercise_probe=s.get("exercise_probe"),
+        cmake_options=tuple(s["cmake_options"]) if "cmake_options" in s else None,
     )
 
 

@@ -226,6 +226,11 @@ STEP = Section(
         "exercise_probe": _s("backend-ops: the entry's probe (a [[probes]] name) that adds the cases this step "
                              "needs to a tree whose test-backend-ops lacks them; a verdict that finds no case "
                              "inside an affected range names it."),
+        "cmake_options": Key("list[str]", doc="compile: the options the source tree's CMake must define for this "
+                                              "step, instead of [applies] cmake_options (a step written for an "
+                                              "older layout of the tree, where the option had another name or "
+                                              "none); [] requires none: the configured project compiling the "
+                                              "sources is what makes it applicable."),
     },
 )
 

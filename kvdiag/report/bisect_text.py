@@ -1,24 +1,39 @@
-"""`kvdiag bisect`'s text: the steps git took, the first bad commit with its evidence and its parent's."""
+"""`kvdiag bisect`'s text: the ends and steps with their times, the commit found with its evidence and its parent's."""
 
 from __future__ import annotations
 
-from kvdiag.engine.bisect import SKIP, BisectReport, CommitEvidence
+from kvdiag.records.bisect import BisectRecord, CommitEvidence, StepRecord
 from kvdiag.text import clip
 
 
-def render_bisect(report: BisectReport) -> str:
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def step_rows(report: BisectRecord) -> list[tuple]:
+    """One row per commit judged: role, commit, verdict, git's term, configure/build/run/total seconds, reason."""
+    term = report.direction.term_of
+    return [(s.role, s.commit[:12], s.verdict, term(s.exit), _seconds(s.configure_s), _seconds(s.build_s),
+             _seconds(s.run_s), _seconds(s.duration_s), clip(s.reason, 80)) for s in report.steps]
+
+
+STEP_HEADERS = ["role", "commit", "verdict", "git", "configure s", "build s", "run s", "total s", "reason"]
+
+
+def render_bisect(report: BisectRecord) -> str:
     from tabulate import tabulate
 
-    lines = [f"kvdiag bisect {report.entry_id}: good {report.good[:12]}, bad {report.bad[:12]}", ""]
-    rows = [(s.get("commit", "")[:12], s.get("verdict"), s.get("exit"), clip(str(s.get("reason", "")), 90))
-            for s in report.steps]
-    if rows:
-        lines.append(tabulate(rows, headers=["commit", "verdict", "git", "reason"]))
+    d = report.direction
+    along = ", first parents only" if report.first_parent else ""
+    lines = [f"kvdiag bisect {report.entry_id} ({d.value}: {d.found_means}{along}): old {report.old[:12]}, "
+             f"new {report.new[:12]}", ""]
+    if report.steps:
+        lines.append(tabulate(step_rows(report), headers=STEP_HEADERS))
         lines.append("")
-    if report.first_bad is not None:
-        fb = report.first_bad
-        lines.append(f"first bad commit: {fb.commit[:12]} {fb.subject}")
-        lines.append(f"  at it:        {_evidence_text(fb)}")
+    if report.found is not None:
+        found = report.found
+        lines.append(f"{d.found_label}: {found.commit[:12]} {found.subject}")
+        lines.append(f"  at it:        {_evidence_text(found)}")
         if report.parent is not None:
             p = report.parent
             lines.append(f"  at its parent {p.commit[:12]} {p.subject}: {_evidence_text(p)}")
@@ -26,15 +41,22 @@ def render_bisect(report: BisectReport) -> str:
         lines.append(report.message)
         for sha in report.candidates:
             lines.append(f"  {sha}")
-    skipped = [s for s in report.steps if s.get("exit") == SKIP]
+    skipped = report.skipped()
     if skipped:
-        lines.append(f"skipped (not blamed): {', '.join(str(s.get('commit', ''))[:12] for s in skipped)}")
+        lines.append(f"skipped (never blamed): {', '.join(_skip_text(s) for s in skipped)}")
+    total = sum(s.duration_s for s in report.steps)
+    lines.append(f"{len(report.steps)} commit(s) judged in {total:.1f} s"
+                 + (f"; compiler launcher {report.launcher}" if report.launcher else ""))
     if report.status_unchanged:
         lines.append("source tree: untouched (git status --porcelain identical before and after)")
     else:
         lines.append("source tree: CHANGED during the bisection (git status --porcelain differs)")
     lines.append(f"run: {report.run_dir}")
     return "\n".join(lines) + "\n"
+
+
+def _skip_text(step: StepRecord) -> str:
+    return f"{step.commit[:12]} ({step.verdict})"
 
 
 def _evidence_text(evidence: CommitEvidence) -> str:

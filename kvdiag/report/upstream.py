@@ -20,6 +20,7 @@ from kvdiag.records.sweep import SweepOutcome
 from kvdiag.records.verdict import Outcome
 from kvdiag.registry.entry import Entry
 from kvdiag.report.formats import entry_view, primary_attempt
+from kvdiag.report.bisection import bisection_markdown
 from kvdiag.report.formats.markdown import MARKDOWN_HELPERS, fingerprint_rows, human_time
 from kvdiag.report.templating import render
 from kvdiag.report.where import where
@@ -72,11 +73,14 @@ def exact_command(outcome: Outcome) -> str | None:
     return None
 
 
-def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: str | None = None) -> str:
-    """Render the report of one finished run (a RunDir, or its run.json as a mapping)."""
+def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: str | None = None,
+                    store: RunStore | None = None) -> str:
+    """Render the report of one finished run (a RunDir, or its run.json as a mapping). ``store`` (default:
+    the run's own) is where the entry's bisections are looked up."""
     if isinstance(run, RunDir):
         run_id = run_id or run.run_id
         data = _read(run)
+        store = store or RunStore(run.path.parent.parent)
     else:
         data = dict(run)
     raw = data.get("outcome")
@@ -100,15 +104,19 @@ def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: st
         established=entry.section("Established"), not_established=entry.section("Not established"),
         location=location, references=references, aliases=list(entry.aliases),
         run_version=data.get("kvdiag_version") or __version__, kvdiag_version=__version__,
-        overrides=dict(data.get("overrides") or {}), **MARKDOWN_HELPERS,
+        overrides=dict(data.get("overrides") or {}), bisection=_bisection(entry, store), **MARKDOWN_HELPERS,
     )
+
+
+def _bisection(entry: Entry, store: RunStore | None) -> str:
+    return bisection_markdown(entry, store, when=lambda run_id: human_time(_date(run_id)))
 
 
 def _date(run_id: str) -> str:
     """`20261129-100000-D2-ab12` -> ISO time (the run store names runs by their UTC start)."""
     import re
 
-    match = re.match(r"^(\d{4})(\d{2})(\d{2})-(\d{2})(\d{2})(\d{2})-", run_id or "")
+    match = re.match(r"^(\d{4})(\d{2})(\d{2})-(\d{2})(\d{2})(\d{2})[-.]", run_id or "")
     if not match:
         return run_id
     y, mo, d, h, mi, s = match.groups()

@@ -63,6 +63,7 @@ __all__ = [
     "probe_backend_ops",
     "probe_help",
     "read_cmake_cache",
+    "source_tree_build",
 ]
 
 
@@ -112,6 +113,20 @@ class BuildInfo:
             "make_program": self.make_program,
             "notes": list(self.notes),
         }
+
+
+def source_tree_build(source_dir: Path, *, log_dir: Path) -> BuildInfo:
+    """A source tree with no build of it: what a compile step needs (the tree and its commit), nothing more.
+
+    A bisection of an entry whose step compiles its own objects (D7) builds nothing at each commit;
+    the step configures its own scratch build of this tree."""
+    root = _existing_dir(Path(source_dir).expanduser())
+    git, why = git_state_or_why(root, log_dir=Path(log_dir), exclude=None)
+    notes = ["no build: a source tree only (a compile step configures its own scratch build of it)"]
+    return BuildInfo(build_dir=root, generator=None, source_dir=root, cuda=None, cuda_architectures=None,
+                     cuda_flags=None, lineinfo=False, build_type=None, options=MappingProxyType({}),
+                     binaries=MappingProxyType({}), git=git, staleness=not_checked("a source tree, not a build"),
+                     notes=tuple(notes + ([why] if why else [])))
 
 
 def _existing_dir(given: Path) -> Path:

@@ -102,4 +102,4 @@ def test_the_blocks_wrap_a_long_example_as_a_shell_continues_it(capsys, click_wi
     example = next(p for p in page.paragraphs if p[0].strip() == "Example:")
     assert example[1].endswith(" \\") and example[2].startswith("        --")
     assert " ".join(line.strip().rstrip("\\").strip() for line in example[1:]) == \
-        "kvdiag bisect D2 --source ~/ggml --good 1a2b3c4 --bad HEAD --build ~/ggml/build"
+        "kvdiag bisect D2 --source ~/ggml --old 1a2b3c4 --new HEAD --build ~/ggml/build"

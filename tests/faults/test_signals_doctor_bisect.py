@@ -9,7 +9,7 @@ command that never ends), sends one signal once the stand-in runs, and asserts: 
 code of that signal, one line and no traceback, the run recorded `interrupted`, no run
 folder left without a final run.json, no process of the tree alive, and nothing started
 after the signal. bisect, verify and run work on the synthetic project and entry (D90)
-of tests/engine/test_verify_bisect.py.
+of tests/engine/git_projects.py.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import pytest
 
 from faults_helpers import (BUILDS, REPO, Faults, assert_all_gone, fake_gpu_toolchain, no_run_left_open, one_line,
                             signal_when_started, started_runs)
+from kvdiag.engine.scratch_build import substitute
 
 SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "Test",
@@ -33,8 +34,8 @@ GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AU
 
 
 def _synthetic():
-    """tests/engine/test_verify_bisect.py: the synthetic project, its entry D90 and its probe."""
-    path = REPO / "tests" / "engine" / "test_verify_bisect.py"
+    """tests/engine/git_projects.py: the synthetic project, its entry D90 and its probe."""
+    path = REPO / "tests" / "engine" / "git_projects.py"
     spec = importlib.util.spec_from_file_location("kvdiag_faults_synthetic_project", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -118,7 +119,7 @@ def test_a_signal_during_a_runs_control_ends_the_run_and_records_no_failed_contr
     build = kv.root / "uniform-build"          # the uniform commit built: one case, OK, exit 0
     SYNTHETIC.git(source, "checkout", "-q", commits[0])
     for cmd in (SYNTHETIC.CONFIGURE, SYNTHETIC.BUILD):
-        subprocess.run(SYNTHETIC.substitute(cmd, {"source": str(source), "build": str(build)}), check=True,
+        subprocess.run(substitute(cmd, {"source": str(source), "build": str(build)}), check=True,
                        capture_output=True)
     env, sanitizer = fake_gpu_toolchain(kv, "canaries-hang")
     proc = kv.spawn(common[0], common[1], "run", "D90", "--build", build, "--no-staleness",
