@@ -58,6 +58,9 @@ class Evidence:
     exit: str | None = None
     matched: tuple[str, ...] = ()           # which signature matchers matched
     unmatched: tuple[str, ...] = ()
+    launched: tuple[str, ...] = ()          # kernel instantiations the launch probe saw start (canonical)
+    launch_listing: str | None = None       # how launches were listed ("launch probe"); None: not listed
+    launch_proof: str | None = None         # what the launch-proof gate concluded (engine.launch_proof)
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(asdict(self))
