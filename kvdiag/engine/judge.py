@@ -20,9 +20,11 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from kvdiag.controls.gate import Gate
+from kvdiag.engine.launch_proof import LaunchContext, judge_launch
 from kvdiag.engine.matchers import UNDETERMINED, Match, match
 from kvdiag.engine.observe import ArmReading, Observations
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
+from kvdiag.parse.launches import distinct_kernels
 from kvdiag.parse.sanitizer import instantiations, site_label
 from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
 from kvdiag.registry.entry import Entry, Matcher
@@ -34,15 +36,22 @@ def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:
 
 def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gate], index: int,
                   duration_s: float, log_dir: str | None = None,
-                  comparison: Callable[[], ArmReading] | None = None) -> Attempt:
+                  comparison: Callable[[], ArmReading] | None = None, launch: LaunchContext | None = None) -> Attempt:
     """The attempt's verdict. ``gate`` may be a callable: it is only consulted (and a
-    control only run) when the verdict would otherwise be not-reproduced. ``comparison``
+    control only run) when the verdict would otherwise be not-reproduced; so is the
+    launch-proof gate (engine.launch_proof), for a sanitizer step, with ``launch``. ``comparison``
     reads the step's comparison arm (running it the first time) for relative matchers."""
     if comparison is not None:
         obs = replace(obs, comparison=comparison)
     matches = [match(m, obs) for m in matchers_for(entry, obs.step.name)]
     verdict, reason = _decide(entry, obs, matches, gate)
+    proof = None
+    if verdict is Verdict.NOT_REPRODUCED and obs.step.sanitizer:
+        verdict, reason, proof = _launch_gate(entry, obs, reason, launch)
     evidence = extract_evidence(obs, matches)
+    if obs.launch_listed or proof:
+        evidence = replace(evidence, launched=distinct_kernels(obs.launches), launch_proof=proof,
+                           launch_listing="launch probe" if obs.launch_listed else None)
     return Attempt(step=obs.step.name, index=index, verdict=verdict, reason=reason, evidence=evidence,
                    commands=tuple(r.to_dict() for r in obs.results), duration_s=duration_s, log_dir=log_dir)
 
@@ -88,6 +97,15 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
         return Verdict.INCONCLUSIVE, f"the signature did not match, but {gate.reason}"
     measured = "".join(f" ({m.detail})" for m in matches if m.matcher.type == "relative")
     return Verdict.NOT_REPRODUCED, f"{_what_ran(obs)}; the signature did not match{measured}; {gate.reason}"
+
+
+def _launch_gate(entry: Entry, obs: Observations, reason: str,
+                 launch: LaunchContext | None) -> tuple[Verdict, str, str]:
+    """Rule 7's last question: did a kernel the entry is about run under the detector?"""
+    judged = judge_launch(entry, obs.launches, obs.launch_listed, launch, tool=obs.step.sanitizer)
+    if judged.verdict is None:
+        return Verdict.NOT_REPRODUCED, f"{reason}; {judged.text}", judged.text
+    return judged.verdict, f"{_what_ran(obs)}; the signature did not match, but {judged.text}", judged.text
 
 
 def _sanitizer_problem(obs: Observations) -> str | None:

@@ -241,13 +241,14 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     index_of = dict((p, i) for i, p in numbered)
 
     def one(index: int, params: str, device: Any) -> dict[str, Attempt]:
-        options = RunOptions(overrides={"params": exact_case_regex(params)}, cancel=cancel, device=device)
+        options = RunOptions(overrides={"params": exact_case_regex(params)}, cancel=cancel, device=device,
+                             scan_case=True)
         attempt = attempt_step(entry, step, target, run_dir, index, f"{entry.id} case {index}", options,
                                gate_provider, name_prefix=f"case{index:04d}")
         return {params: attempt}
 
     def several(number: int, unit: list[tuple[int, str]], device: Any) -> BatchOutcome:
-        options = RunOptions(cancel=cancel, device=device)
+        options = RunOptions(cancel=cancel, device=device, scan_case=True)
         return run_batch(entry, step, target, run_dir, number=number, cases=unit, options=options,
                          gate_provider=gate_provider)
 

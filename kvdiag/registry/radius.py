@@ -29,13 +29,14 @@ class RadiusWriteError(Exception):
     """The entry's text cannot take the table (no front matter)."""
 
 
-def tables_for(entry_radius: Sequence[Mapping[str, Any]], commit: str | None) -> tuple[Mapping[str, Any], ...]:
-    """The tables measured on ``commit`` (a prefix either way), else every table."""
+def tables_for(entry_radius: Sequence[Mapping[str, Any]], commit: str | None,
+               strict: bool = False) -> tuple[Mapping[str, Any], ...]:
+    """The tables measured on ``commit`` (a prefix either way), else every table (``strict``: none)."""
     if commit:
         same = tuple(t for t in entry_radius if _same_commit(str(t.get("commit", "")), commit))
-        if same:
+        if same or strict:
             return same
-    return tuple(entry_radius)
+    return () if strict else tuple(entry_radius)
 
 
 def _same_commit(a: str, b: str) -> bool:
