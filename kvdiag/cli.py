@@ -329,11 +329,21 @@ def _parse_sets(sets) -> dict[str, str]:
                    "from a Slurm job array, a Kubernetes Indexed Job or GitLab parallel: (docs/fleets.md).")
 @click.option("--save", type=click.Path(path_type=Path, dir_okay=False),
               help="Also save the scan JSON here, for `kvdiag merge` (it is always saved under the run store).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--program", type=click.Choice(["auto", "plain"]), default="auto", show_default=True,
+              help="auto: run the cases with the launch probe's build of test-backend-ops (one file recompiled "
+                   "and relinked against this build, kept for the next scan): sanitized cases run on the GPU only, "
+                   "without the CPU reference, and every kernel launch is listed; the build's own program when "
+                   "that cannot be made (the scan says why). plain: always the build's own program.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif"]), default="text",
+              show_default=True)
 @pass_ctx
 def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, batch, shard, save,
-             fmt) -> int:
+             program, fmt) -> int:
     """Every affected shape: every test case judged on its own output, in parallel, aggregated.
+
+    Without --params the case space is the entry's measured radius for this tree
+    (`kvdiag registry radius`), else its [scan]. The output groups the cases by kernel
+    instantiation: affected, clean (launched under the detector, no finding), never reached.
 
     Cases run several to a process (a host starts only a few CUDA processes per
     second); each case's findings are those printed with it, and a case a batch
@@ -360,7 +370,8 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
         output_target(save)              # refuse a FIFO or device before the scan runs, not after
     try:
         result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
-                               fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save)
+                               fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save,
+                               program=program)
     except ScanNotRun as exc:
         from kvdiag.engine.verdict import Verdict
 

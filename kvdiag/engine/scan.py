@@ -65,6 +65,9 @@ class ScanResult:
     selection: tuple[str, ...] = ()       # a shard's whole selection: every case before sharding
     started_at: str = ""
     target: dict[str, Any] | None = None  # the target as saved (Target.to_dict()), set by the session
+    program: dict[str, Any] | None = None  # which test-backend-ops ran the cases (engine.launch_program)
+    kernels: dict[str, Any] | None = None  # the cases by kernel instantiation (engine.scan_kernels)
+    space_source: str | None = None        # where the case space came from (--params, the radius, [scan])
 
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
         return [(p, a) for p, a in self.results.items() if a.verdict is verdict]
@@ -122,6 +125,7 @@ class ScanResult:
             "shard": self.shard,
             "shard_from": self.shard_from,
             **({"selection": list(self.selection)} if self.shard else {}),
+            "program": self.program, "kernels": self.kernels, "space_source": self.space_source,
         }
 
     def ran_alone(self) -> int:

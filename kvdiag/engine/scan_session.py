@@ -8,6 +8,8 @@ from pathlib import Path
 from kvdiag import __version__
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, scan, scan_step
+from kvdiag.engine.scan_kernels import group_by_kernel
+from kvdiag.registry.radius import radius_params, tables_for
 from kvdiag.engine.scan_batch import batchable
 from kvdiag.engine.target import prepare_target
 from kvdiag.engine.devices import select_devices
@@ -40,15 +42,15 @@ def shard_space(space: CaseSpace, limit: int | None, shard: Shard | None) -> tup
 
 def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None, params: str | None,
              limit: int | None, sanitizer: Path | None, devices: str | None = None,
-             batch: int = 1, progress: Progress | None = None, shard: Shard | None = None) -> ScanResult:
-    if not entry.scan and not (op and params):
+             batch: int = 1, progress: Progress | None = None, shard: Shard | None = None,
+             program: str = "auto") -> ScanResult:
+    if not entry.scan and not (op and params) and not entry.radius:
         raise UsageError(f"{entry.id} declares no case space: give --op and --params")
-    op = op or entry.scan.op
-    params = params or entry.scan.params
     progress = progress or Progress()
     home = kvdiag_home()
     run_dir = RunStore(home).create(f"scan-{entry.id}")
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
+    op, params, space_source = scan_space(entry, target, op, params)
     from kvdiag.engine.applicability import judge_applicability
 
     step = entry.step(entry.scan.step) if entry.scan else entry.default_step
@@ -58,6 +60,7 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
         run_dir.write_record(RunRecord(entry=entry.id, status="finished", kind="scan", fields={
             "target": target.to_dict(), "verdict": judgement.verdict, "reason": reason}))
         raise ScanNotRun(judgement.verdict, reason)
+    target, program_record = choose_program(target, program, entry, progress)
     space, selection = shard_space(enumerate_cases(target, op, params, run_dir), limit, shard)
     started_at = utc_now()
     chosen = select_devices(target.gpu.devices, devices)
@@ -66,7 +69,8 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     workers = jobs or default_workers(device, len(chosen), batched)
     running = RunRecord(entry=entry.id, status="running", kind="scan", fields={
         "target": target.to_dict(), "op": op, "params": params, "supported": len(space.supported),
-        "shard": shard and shard.text, "shard_from": shard and shard.origin()})
+        "shard": shard and shard.text, "shard_from": shard and shard.origin(),
+        "program": program_record, "space_source": space_source})
     run_dir.write_record(running)
     cases = len(selection if shard is None else space.supported)
     if shard is not None:
@@ -90,7 +94,9 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
         progress.end()
     result = dataclasses.replace(result, run_dir=run_dir.path, shard=shard and shard.text,
                                  shard_from=shard and shard.origin(), selection=selection if shard else (),
-                                 started_at=started_at, target=target.to_dict())
+                                 started_at=started_at, target=target.to_dict(), program=program_record,
+                                 space_source=space_source)
+    result.kernels = kernel_groups(entry, target, result)
     data = result.to_dict()
     status = "interrupted" if result.interrupted else "finished"   # the cases it has are kept either way
     run_dir.write_record(RunRecord(entry=entry.id, status=status, kind="scan",
@@ -115,3 +121,52 @@ def default_workers(device, n_devices: int, batched: bool) -> int:
     if batched and n_devices > 1:
         return max(1, -(-slots // n_devices))
     return slots
+
+
+def scan_space(entry: Entry, target, op: str | None, params: str | None) -> tuple[str, str, str]:
+    """(op, params, where they come from): --params; else the radius recorded for this tree
+    (or every tree) with `kvdiag registry radius`; else the entry's [scan]."""
+    if params:
+        return op or (entry.scan.op if entry.scan else ""), params, "--params"
+    git = target.build.git if target.build is not None else None
+    commit = git.commit if git is not None else None
+    recorded = radius_params(entry.radius, commit)
+    if recorded:
+        tables = tables_for(entry.radius, commit)
+        where = ", ".join(f"{t.get('tree') or t.get('repo')}@{str(t.get('commit'))[:12]}" for t in tables)
+        return op or str(tables[0].get("op") or entry.scan.op), recorded, f"the measured radius ({where})"
+    if not entry.scan:
+        raise UsageError(f"{entry.id} declares no case space: give --op and --params")
+    return op or entry.scan.op, entry.scan.params, "the entry's [scan]"
+
+
+def choose_program(target, program: str, entry: Entry, progress: Progress):
+    """The launch probe's test-backend-ops (GPU-only launch mode for sanitized cases) unless
+    `--program plain`, or when it cannot be made: then the user's, saying why."""
+    if program == "plain" or target.probe_program is None:
+        why = "--program plain" if program == "plain" else "no test-backend-ops or no kvdiag home"
+        return dataclasses.replace(target, probe_program=None), {"path": "plain", "why": why}
+    progress.say("preparing the launch probe's test-backend-ops (one file recompiled, relinked against this "
+                 "build; kept for the next scan)")
+    made = target.probe_program()
+    if not made.available:
+        progress.say(f"running the build's own test-backend-ops: {made.describe()}")
+        return dataclasses.replace(target, probe_program=None), {"path": "plain", "why": made.why_not,
+                                                                 "probe": made.to_dict()}
+    mode = "launch mode (GPU only, no CPU reference)" if scan_step(entry).sanitizer else "test mode"
+    progress.say(f"{made.describe()}; cases run in {mode}, every kernel launch listed")
+    return target, {"path": "launch" if scan_step(entry).sanitizer else "test+launches", "probe": made.to_dict()}
+
+
+def kernel_groups(entry: Entry, target, result: ScanResult) -> dict:
+    """The cases by kernel instantiation (engine.scan_kernels); the build's kernel listing is
+    asked for only when launches were listed (without them nothing can be called never reached)."""
+    patterns = tuple(m.kernel for m in entry.signature if m.type == "sanitizer" and m.kernel)
+    listed = any(a.evidence.launch_listing for a in result.results.values())
+    compiled, listing = None, None
+    if listed and target.kernel_symbols is not None:
+        symbols = target.kernel_symbols()
+        listing = symbols.describe()
+        compiled = symbols.kernels if symbols.listed else None
+    dims = entry.scan.dimensions if entry.scan else ()
+    return group_by_kernel(result.results, patterns=patterns, dimensions=dims, compiled=compiled, listing=listing)

@@ -1,0 +1,108 @@
+"""`kvdiag scan` through the launch probe's program, on the staged case space (backend_ops_case_space.py).
+
+The stand-in plays both programs: the build's own test-backend-ops and, handed to the target
+as its `probe_program`, the probe's build of it (`launch` mode, launch lines under
+KVDIAG_PRINT_LAUNCHES). The same space is scanned both ways, batched; the tests compare the
+verdicts case by case, check that the probe's path ran in launch mode with launches listed, and
+read the instantiation groups (affected, clean, never reached) and the launch-proof gate's
+words from the scan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from engine_helpers import ALLOWED
+from kvdiag.engine.execute import no_sanitizer_gate
+from kvdiag.engine.scan import scan
+from kvdiag.engine.scan_kernels import group_by_kernel
+from kvdiag.engine.verdict import Verdict
+from kvdiag.probes.program_rebuild import ProbeProgram
+from kvdiag.report.scan_formats import render_scan_markdown, render_scan_sarif
+from kvdiag.report.scan_text import render_scan
+from kvdiag.store.runs import RunDir
+from kvdiag.target.kernel_symbols import KernelSymbols
+from test_scan import CRASH, DIVERGING, HANG, OK_CASES, scan_scenarios, stage_space
+
+K44 = "flash_attn_ext_f16<256, 256, 4, 4, false, false>"
+K81 = "flash_attn_ext_f16<256, 256, 8, 1, false, false>"
+TILE44 = "flash_attn_ext_f16_process_tile<256, 256, 4, 4, 2, false, false, false, true>"
+NEVER = "flash_attn_ext_f16<128, 128, 8, 1, false, false>"
+
+
+def provider(tool):
+    return no_sanitizer_gate(tool) if tool is None else ALLOWED
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    with scan_scenarios(tmp_path_factory, "scan-launch", "D921") as (root, kv, entry):
+        build, target, space = stage_space(kv, RunDir(root / "enumerate"))
+        program = build / "bin" / "test-backend-ops"
+        listing = KernelSymbols("libggml-cuda.so", "cuobjdump -symbols | c++filt", (K44, K81, NEVER))
+        probe = dataclasses.replace(target, probe_program=lambda: ProbeProgram("test-backend-ops-launch", program),
+                                    kernel_symbols=lambda: listing)
+        plain = scan(entry, target, RunDir(root / "plain"), space=space, workers=2, gate_provider=provider, batch=0)
+        modes_plain = (build / "modes.log").read_text().split()
+        launch = scan(entry, probe, RunDir(root / "launch"), space=space, workers=2, gate_provider=provider, batch=0)
+        modes_all = (build / "modes.log").read_text().split()
+        yield entry, plain, launch, modes_plain, modes_all[len(modes_plain):], listing
+
+
+def test_the_launch_path_gives_the_same_verdict_for_every_case(both):
+    _, plain, launch, *_ = both
+    assert {p: a.verdict for p, a in launch.results.items()} == {p: a.verdict for p, a in plain.results.items()}
+    assert {p for p, _ in launch.affected} == set(DIVERGING)
+    assert {p for p, _ in launch.by_verdict(Verdict.INCONCLUSIVE)} == {HANG, CRASH}
+
+
+def test_the_probe_program_runs_in_launch_mode_and_lists_launches(both):
+    _, plain, launch, modes_plain, modes_launch, _ = both
+    assert set(modes_plain) == {"test"} and set(modes_launch) == {"launch"}
+    for params in OK_CASES:
+        ev = launch.results[params].evidence
+        assert ev.launch_listing == "launch probe" and len(ev.launched) == 1
+        assert not plain.results[params].evidence.launched
+
+
+def test_a_clean_case_names_the_kernel_that_ran_under_the_detector(both):
+    _, _, launch, *_ = both
+    a = launch.results[OK_CASES[0]]
+    assert a.verdict is Verdict.NOT_REPRODUCED
+    assert a.reason.endswith(f"launched under synccheck: {K44}")
+    assert a.evidence.launch_proof == f"launched under synccheck: {K44}"
+
+
+def test_without_listed_launches_a_clean_case_says_the_launch_was_not_proven(both):
+    _, plain, *_ = both
+    a = plain.results[OK_CASES[0]]
+    assert "launch not proven: launches were not listed in this run" in a.reason
+
+
+def test_instantiations_are_grouped_affected_clean_and_never_reached(both):
+    entry, _, launch, _, _, listing = both
+    groups = group_by_kernel(launch.results, patterns=("^flash_attn_ext_f16",), compiled=listing.kernels,
+                             listing=listing.describe())
+    affected = {row["instantiation"]: row for row in groups["affected"]}
+    assert {K44, K81, TILE44} <= set(affected)
+    assert affected[K44]["values"]["nr23"] == ["[4,1]"] and affected[K44]["values"]["nb"] == ["3"]
+    assert affected[K44]["cases"] == 2 and affected[K81]["cases"] == 2
+    assert groups["clean"] == []           # every kernel that ran clean also diverged in another case
+    assert groups["never_reached"] == [NEVER]
+    assert groups["launch_listed_cases"] == len(launch.results)     # the hang and the crash too, run alone
+
+
+def test_text_markdown_and_sarif_show_the_instantiations(both):
+    entry, _, launch, _, _, listing = both
+    launch.kernels = group_by_kernel(launch.results, patterns=("^flash_attn_ext_f16",), compiled=listing.kernels,
+                                     listing=listing.describe())
+    text = render_scan(launch, Path("/run"))
+    assert f"  affected     2  {K44}  hsk=256 hsv=256 nr23=[4,1] nb=3 type_K=f16 type_V=f16" in text
+    assert f"  never reached   {NEVER}" in text
+    md = render_scan_markdown(launch, entry)
+    assert f"| affected | 2 | `{K44}` |" in md and f"| never reached | 0 | `{NEVER}` | |" in md
+    sarif = render_scan_sarif(launch, entry)
+    assert f'"instantiation": "{K44}"' in sarif and '"never_reached": [' in sarif
