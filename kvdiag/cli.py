@@ -487,8 +487,11 @@ def _register_commands() -> None:
 
     from kvdiag.commands.model import model_group
 
+    from kvdiag.commands.radius import registry_radius
+
     for command in (*PROBE_COMMANDS, *SWEEP_COMMANDS, model_group):
         cli.add_command(command)
+    registry_group.add_command(registry_radius)
     add_help_blocks(cli)
 
 

@@ -54,13 +54,16 @@ def group_by_kernel(results: Mapping[str, Any], *, patterns: Sequence[str], dime
     in_family = _family(patterns)
     affected: dict[str, list[str]] = {}
     clean: dict[str, list[str]] = {}
+    functions: set[str] = set()
     listed_cases = 0
     for params, attempt in sorted(results.items()):
         ev = attempt.evidence
         listed_cases += bool(ev.launch_listing)
         found = {canonical(i) for i in ev.instantiations}
         if attempt.verdict is Verdict.CONFIRMED:
-            for name in sorted(found):
+            kernels, inlined = split_levels(ev, found, in_family)
+            functions |= inlined
+            for name in sorted(found | kernels):
                 affected.setdefault(name, []).append(params)
         elif attempt.verdict is Verdict.NOT_REPRODUCED:
             for name in ev.launched:
@@ -71,16 +74,33 @@ def group_by_kernel(results: Mapping[str, Any], *, patterns: Sequence[str], dime
     never = [k for k in (compiled or ()) if in_family(k) and k not in reached] if compiled is not None else None
     return {
         "dimensions": list(dims),
-        "affected": [_row(k, v, dims) for k, v in sorted(affected.items(), key=lambda kv: (-len(kv[1]), kv[0]))],
-        "clean": [_row(k, v, dims) for k, v in sorted(clean.items(), key=lambda kv: (-len(kv[1]), kv[0]))],
+        "affected": [_row(k, v, dims, k in functions) for k, v in sorted(affected.items(),
+                                                                          key=lambda kv: (-len(kv[1]), kv[0]))],
+        "clean": [_row(k, v, dims, False) for k, v in sorted(clean.items(), key=lambda kv: (-len(kv[1]), kv[0]))],
         "never_reached": never,
         "launch_listed_cases": listed_cases,
         "symbols": listing,
     }
 
 
-def _row(name: str, cases: list[str], dims: Sequence[str]) -> dict[str, Any]:
-    return {"instantiation": name, "cases": len(cases), "values": _values(cases, dims)}
+def split_levels(ev, found: set[str], in_family) -> tuple[set[str], set[str]]:
+    """(kernels, inlined functions) of an affected case. The findings are *in* the functions of
+    the sanitizer's ``at`` lines; the ``__global__`` kernel around them is the one the launch
+    probe saw start (of the entry's family), else the device frames' (found minus the ``at``
+    names). Without either, a finding's function is taken to be its kernel."""
+    at = set()
+    for site in ev.sites:
+        args = site.get("template_args") or ()
+        name = f"{site.get('kernel')}<{', '.join(args)}>" if args else str(site.get("kernel"))
+        at.add(canonical(name))
+    launched = {k for k in ev.launched if in_family(k)}
+    kernels = launched or (found - at)
+    return kernels, (at - kernels) if kernels else set()
+
+
+def _row(name: str, cases: list[str], dims: Sequence[str], inlined: bool) -> dict[str, Any]:
+    return {"instantiation": name, "level": "function" if inlined else "kernel", "cases": len(cases),
+            "values": _values(cases, dims)}
 
 
 def describe_values(values: Mapping[str, Sequence[str]]) -> str:

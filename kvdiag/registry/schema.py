@@ -252,7 +252,7 @@ RADIUS = Section(
         "scanned": Key("regex", required=True, doc="The case-space regex the scan walked."),
         "cases": Key("int", doc="Cases the scan judged."),
         "affected_cases": Key("int", doc="Of them, affected."),
-        "kernels": Key("list[str]", required=True, doc="The __global__ kernel instantiations the findings were "
+        "kernels": Key("list[str]", doc="The __global__ kernel instantiations the findings were "
                                                        "in (canonical: name<args>, see kvdiag.parse.launches)."),
         "instantiations": Key("list[str]", doc="The functions the findings name (a __device__ tile function "
                                                "inlined into its kernel), canonical."),

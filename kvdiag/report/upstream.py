@@ -100,8 +100,20 @@ def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: st
         established=entry.section("Established"), not_established=entry.section("Not established"),
         location=location, references=references, aliases=list(entry.aliases),
         run_version=data.get("kvdiag_version") or __version__, kvdiag_version=__version__,
-        overrides=dict(data.get("overrides") or {}), **MARKDOWN_HELPERS,
+        overrides=dict(data.get("overrides") or {}), radius=radius_sentences(entry), **MARKDOWN_HELPERS,
     )
+
+
+def radius_sentences(entry: Entry) -> list[str]:
+    """One sentence per measured radius (`kvdiag registry radius`): where, when, how many cases, which kernels."""
+    out = []
+    for r in entry.radius:
+        named = list(r.get("kernels") or r.get("instantiations") or ())
+        where = f"{r.get('tree') or r.get('repo')} at {str(r.get('commit'))[:12]}"
+        out.append(f"Measured blast radius ({where}, {r.get('measured')}, kvdiag {r.get('kvdiag')}): "
+                   f"{r.get('affected_cases', '?')} of {r.get('cases', '?')} {r.get('op')} cases /{r.get('scanned')}/ "
+                   f"are affected, in {len(named)} kernel instantiation(s): {', '.join(named)}.")
+    return out
 
 
 def _date(run_id: str) -> str:

@@ -163,6 +163,8 @@ class EntryView:
     step: str | None
     attempts: tuple[tuple[int, str, str], ...]   # (index, verdict, reason) of each attempt, when several
     device: str | None = None                     # "1 NVIDIA H200": the GPU whose worker produced it
+    launched: tuple[str, ...] = ()                # kernels the launch probe saw start (canonical)
+    launch_proof: str | None = None               # the launch-proof gate's words (engine.launch_proof)
 
     @property
     def has_detail(self) -> bool:
@@ -204,6 +206,8 @@ def entry_view(outcome: SweepOutcome) -> EntryView:
         step=_optional(outcome.step),
         attempts=tuple((a.index, a.verdict.value, strip_ansi(str(a.reason))) for a in outcome.attempts),
         device=device_label(outcome.device),
+        launched=tuple(printable(k) for k in getattr(ev, "launched", ())),
+        launch_proof=_optional(getattr(ev, "launch_proof", None)),
     )
 
 
