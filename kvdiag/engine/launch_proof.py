@@ -79,11 +79,16 @@ class LaunchContext:
     per_case: bool = False
 
 
+def family_patterns(entry: Entry) -> tuple[str, ...]:
+    """The kernel regexes of the entry's sanitizer signatures, each once: its kernel family."""
+    return tuple(dict.fromkeys(m.kernel for m in entry.signature if m.type == "sanitizer" and m.kernel))
+
+
 def entry_kernels(entry: Entry, commit: str | None = None, *, family: bool = False) -> EntryKernels:
     """The radius' kernels measured on this very commit; else (or with ``family``) the kernel
     regexes of the entry's sanitizer signatures. A radius of another tree is not used: a fork
     may spell the same kernel with other template arguments."""
-    patterns = tuple(m.kernel for m in entry.signature if m.type == "sanitizer" and m.kernel)
+    patterns = family_patterns(entry)
     if family and patterns:
         return EntryKernels(patterns=patterns)
     exact = radius_kernels(tables_for(entry.radius, commit, strict=True), None) if commit else ()

@@ -8,6 +8,7 @@ from pathlib import Path
 from kvdiag import __version__
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, scan, scan_step
+from kvdiag.engine.launch_proof import family_patterns
 from kvdiag.engine.scan_kernels import group_by_kernel
 from kvdiag.registry.radius import radius_params, tables_for
 from kvdiag.engine.scan_batch import batchable
@@ -161,7 +162,7 @@ def choose_program(target, program: str, entry: Entry, progress: Progress):
 def kernel_groups(entry: Entry, target, result: ScanResult) -> dict:
     """The cases by kernel instantiation (engine.scan_kernels); the build's kernel listing is
     asked for only when launches were listed (without them nothing can be called never reached)."""
-    patterns = tuple(m.kernel for m in entry.signature if m.type == "sanitizer" and m.kernel)
+    patterns = family_patterns(entry)
     listed = any(a.evidence.launch_listing for a in result.results.values())
     compiled, listing = None, None
     if listed and target.kernel_symbols is not None:
