@@ -84,11 +84,13 @@ def main() -> int:
     ap.add_argument("--entry", default="D2")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--params", default=None, help="the case space (scan --params), e.g. hsk")
+    ap.add_argument("--home", default=None, help="KVDIAG_HOME to use (default: a fresh one); a kept one keeps the "
+                                                 "launch probe's program for later commands")
     ap.add_argument("--variant", action="append", default=[],
                     help="JOBS@DEVICES[/BATCH][:PROGRAM], e.g. 8@0, 8@0,1, 8@0/1, 8@0:plain (repeatable)")
     args = ap.parse_args()
     variants = args.variant or ["1@0", "8@0"]
-    env = dict(os.environ, KVDIAG_HOME=tempfile.mkdtemp(prefix="kvdiag-bench-home-"))
+    env = dict(os.environ, KVDIAG_HOME=args.home or tempfile.mkdtemp(prefix="kvdiag-bench-home-"))
     # Untimed warm-up (one case): the sanitizer's control, kvdiag's caches and the launch
     # probe's program are made once, here, not inside whichever variant happens to run first.
     started = time.monotonic()
