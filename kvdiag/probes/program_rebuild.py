@@ -35,7 +35,7 @@ LINK_TIMEOUT_S = 300.0
 GIT_TIMEOUT_S = 60.0
 # The launch probe's interposers must be found by the dynamic linker ahead of libcudart's:
 # GNU ld exports a symbol an input library references, but not every linker looks that deep.
-LINK_EXTRA = ("-rdynamic",)
+LINK_EXTRA = ("-rdynamic", "-ldl")
 PROGRAMS_DIR = "probe-programs"
 _LOCK = threading.Lock()
 
