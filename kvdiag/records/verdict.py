@@ -18,6 +18,8 @@ from kvdiag.records.rates import Rate
 
 __all__ = ["Attempt", "Evidence", "Outcome", "Verdict", "aggregate"]
 
+_OMITTED_WHEN_EMPTY = ("launched", "launch_listing", "launch_proof")
+
 
 class Verdict(str, Enum):
     CONFIRMED = "confirmed"
@@ -63,7 +65,11 @@ class Evidence:
     launch_proof: str | None = None         # what the launch-proof gate concluded (engine.launch_proof)
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
+        data = _plain(asdict(self))
+        for key in _OMITTED_WHEN_EMPTY:   # absent from runs recorded before them, and so from theirs when empty
+            if not data.get(key):
+                data.pop(key, None)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Evidence":
