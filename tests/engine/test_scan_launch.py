@@ -106,3 +106,17 @@ def test_text_markdown_and_sarif_show_the_instantiations(both):
     assert f"| affected | 2 | `{K44}` |" in md and f"| never reached | 0 | `{NEVER}` | |" in md
     sarif = render_scan_sarif(launch, entry)
     assert f'"instantiation": "{K44}"' in sarif and '"never_reached": [' in sarif
+
+
+def test_the_scans_sarif_is_valid_sarif_2_1_0(both):
+    jsonschema = pytest.importorskip("jsonschema")
+    import json
+
+    entry, _, launch, _, _, listing = both
+    launch.kernels = group_by_kernel(launch.results, patterns=("^flash_attn_ext_f16",), compiled=listing.kernels,
+                                     listing=listing.describe())
+    schema = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "schemas" /
+                         "sarif-schema-2.1.0.json").read_text())
+    doc = json.loads(render_scan_sarif(launch, entry))
+    jsonschema.Draft4Validator(schema).validate(doc)
+    assert {r["properties"]["instantiation"] for r in doc["runs"][0]["results"]} >= {K44, K81}
