@@ -22,6 +22,8 @@ LAUNCH_ENV = "KVDIAG_PRINT_LAUNCHES"
 LAUNCH_PROBE = "test-backend-ops-launch"
 PROGRAM = "test-backend-ops"
 DISABLE_ENV = "KVDIAG_PROBE_PROGRAM"      # "0": always run the user's program
+PROGRAM_NOTE = (f"run executes kvdiag's launch-probe build of this test-backend-ops when it can make one: the same "
+                f"program, each kernel launch printed ({LAUNCH_ENV}=1); {DISABLE_ENV}=0 runs this one")
 
 
 def uses_program(step: Step) -> bool:
