@@ -120,3 +120,45 @@ def test_the_scans_sarif_is_valid_sarif_2_1_0(both):
     doc = json.loads(render_scan_sarif(launch, entry))
     jsonschema.Draft4Validator(schema).validate(doc)
     assert {r["properties"]["instantiation"] for r in doc["runs"][0]["results"]} >= {K44, K81}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    probe_program: object = None
+    build: object = None
+
+
+def test_the_scan_chooses_the_probes_program_or_says_why_not(d2):
+    from kvdiag.engine.scan_session import choose_program
+    from kvdiag.progress import Progress
+
+    said = []
+    progress = Progress()
+    progress.say = said.append
+    made = _Target(probe_program=lambda: ProbeProgram("test-backend-ops-launch", Path("/h/p/test-backend-ops"),
+                                                      reused=True))
+    target, record = choose_program(made, "auto", d2, progress)
+    assert target is made and record["path"] == "launch" and record["probe"]["reused"] is True
+    assert said[-1].endswith("cases run in launch mode (GPU only, no CPU reference), every kernel launch listed")
+    failed = _Target(probe_program=lambda: ProbeProgram("test-backend-ops-launch", why_not="not a ninja build"))
+    target, record = choose_program(failed, "auto", d2, progress)
+    assert target.probe_program is None and record == {"path": "plain", "why": "not a ninja build",
+                                                        "probe": failed.probe_program().to_dict()}
+    assert said[-1] == "running the build's own test-backend-ops: no test-backend-ops-launch program: not a ninja build"
+    target, record = choose_program(made, "plain", d2, progress)
+    assert target.probe_program is None and record == {"path": "plain", "why": "--program plain"}
+
+
+def test_without_params_the_scan_walks_the_radius_of_the_tree_at_hand(d2):
+    from types import SimpleNamespace
+
+    from kvdiag.engine.scan_session import scan_space
+
+    at = lambda commit: _Target(build=SimpleNamespace(git=SimpleNamespace(commit=commit)))   # noqa: E731
+    op, params, source = scan_space(d2, at("749f688fcaa4c472ec034b08cb8a907c45cfaa02"), None, None)
+    assert op == "FLASH_ATTN_EXT" and params.count("(?:^hsk=256") == 4 and source.startswith("the measured radius (")
+    _, both, source = scan_space(d2, at("da09cae5a50f"), None, None)      # a tree no radius was measured on
+    assert both.count("(?:^hsk=256") == 6 and "BeeLlama fork" in source
+    assert scan_space(d2, at(None), None, "hsk") == ("FLASH_ATTN_EXT", "hsk", "--params")
+    bare = dataclasses.replace(d2, radius=())
+    assert scan_space(bare, at(None), None, None) == ("FLASH_ATTN_EXT", "hsk=256", "the entry's [scan]")
