@@ -330,10 +330,8 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.option("--save", type=click.Path(path_type=Path, dir_okay=False),
               help="Also save the scan JSON here, for `kvdiag merge` (it is always saved under the run store).")
 @click.option("--program", type=click.Choice(["auto", "plain"]), default="auto", show_default=True,
-              help="auto: run the cases with the launch probe's build of test-backend-ops (one file recompiled "
-                   "and relinked against this build, kept for the next scan): sanitized cases run on the GPU only, "
-                   "without the CPU reference, and every kernel launch is listed; the build's own program when "
-                   "that cannot be made (the scan says why). plain: always the build's own program.")
+              help="auto: the launch probe's build of test-backend-ops (sanitized cases GPU-only, no CPU reference; "
+                   "every kernel launch listed), else the build's own, saying why. plain: the build's own.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif"]), default="text",
               show_default=True)
 @pass_ctx

@@ -161,7 +161,8 @@ def _kernel_symbols(build_dir: Path, program: Path | None, home: Path | None, lo
         return KernelSymbols(None, None, why_not=f"no ggml-cuda library found in {build_dir}")
     if home is None:
         return list_kernels(library, log_dir=log_dir)
-    return memoised(home, "kernel-symbols", binary_key(library), lambda: list_kernels(library, log_dir=log_dir),
+    codec = Codec(dump=KernelSymbols.to_record, load=KernelSymbols.from_record)
+    return memoised(home, "kernel-symbols", binary_key(library), lambda: list_kernels(library, log_dir=log_dir), codec,
                     lambda listing: listing.listed)
 
 

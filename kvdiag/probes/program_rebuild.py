@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvdiag.fileio import write_json
+from kvdiag.home import home_folder
 from kvdiag.probes.patch import Probe
 from kvdiag.proc.runner import CommandNotFound, run_command
 from kvdiag.target.program_recipe import ProgramRecipe, RecipeUnavailable, read_recipe
@@ -91,7 +92,7 @@ def probe_program(build_dir: Path, binary: Path, probe: Probe, *, home: Path, lo
         key = program_key(recipe, probe)
     except (RecipeUnavailable, OSError) as exc:
         return ProbeProgram(probe.name, why_not=str(exc))
-    folder = home / PROGRAMS_DIR / key
+    folder = home_folder(home, PROGRAMS_DIR) / key      # checked like the home (kvdiag.trust): programs run from it
     program = folder / Path(recipe.output).name
     with _LOCK:   # a scan's workers and a sweep's entries ask at once: one of them builds
         if _usable(program):

@@ -47,6 +47,15 @@ class KernelSymbols:
     def to_dict(self) -> dict:
         return {"library": self.library, "tool": self.tool, "kernels": len(self.kernels), "why_not": self.why_not}
 
+    def to_record(self) -> dict:
+        """Everything, for the memo (kvdiag.target.memo keeps JSON)."""
+        return {"library": self.library, "tool": self.tool, "kernels": list(self.kernels), "why_not": self.why_not}
+
+    @classmethod
+    def from_record(cls, data: dict) -> "KernelSymbols":
+        return cls(library=data["library"], tool=data["tool"], kernels=tuple(data["kernels"]),
+                   why_not=data["why_not"])
+
 
 def cuda_library(build_dir: Path, program: Path | None = None) -> Path | None:
     """The build's ggml-cuda library; a program linked statically holds its kernels itself."""
