@@ -1,17 +1,26 @@
-"""Benchmark: `kvdiag scan` of one case space under several worker/GPU layouts, in one run.
+"""Benchmark: `kvdiag scan` of one case space under several worker/GPU layouts and programs, in one run.
 
-Each variant is JOBS@DEVICES[/BATCH] (`-j JOBS --devices DEVICES --batch BATCH`; -j is
-per GPU; BATCH defaults to kvdiag's own, 0 = auto; /1 is one process per case). The
-first variant is the baseline: every other one reports its speed-up over it, whether
-its verdicts are identical case by case, and its parallel efficiency against the ideal
-(sum of its per-case times / its worker count). A variant on several GPUs also reports
-its speed-up over the same JOBS/BATCH on the first of them, when that ran. Every case's
-device is checked against the variant's devices.
+Each variant is JOBS@DEVICES[/BATCH][:PROGRAM] (`-j JOBS --devices DEVICES --batch BATCH
+--program PROGRAM`; -j is per GPU; BATCH defaults to kvdiag's own, 0 = auto; /1 is one
+process per case; PROGRAM is `plain`, the build's own test-backend-ops with its CPU
+reference, or `auto`, the launch probe's build of it: GPU-only `launch` mode for sanitized
+cases, every launch listed). The first variant is the baseline: every other one reports
+its speed-up over it (`speedup`, baseline wall / its wall: the old path against the new
+one when the baseline is `:plain`), whether its affected set and its verdicts are identical
+case by case, and its parallel efficiency against the ideal (sum of its per-case times /
+its worker count). A variant on several GPUs also reports its speed-up over the same
+JOBS/BATCH on the first of them, when that ran. Every case's device is checked against
+the variant's devices.
+
+An untimed warm-up (one case, program auto) runs first: the sanitizer's control, kvdiag's
+caches and the launch probe's program (one file compiled, relinked, kept) are made there,
+not inside whichever variant runs first; its cost is printed as `warmup_s`.
 
 Goals: issue "Blast radius": `1@0/1 8@0/1` speed-up >= 3 and wall within 1.3x of the
-ideal; issue "Multi-GPU": `8@0 8@0,1` speed-up >= 1.7, verdicts identical.
+ideal; issue "Multi-GPU": `8@0 8@0,1` speed-up >= 1.7, verdicts identical; issue #25:
+`--params hsk 8@0:plain 8@0:auto` the new path's wall <= 60 s with the same affected set.
 
-    python3 benchmarks/bench_scan.py --build B [--entry D2] [--limit 48] --variant 8@0/1 --variant 8@0 --variant 8@0,1
+    python3 benchmarks/bench_scan.py --build B [--entry D2] [--params hsk] [--limit 48] --variant 8@0:plain --variant 8@0:auto
 """
 
 from __future__ import annotations
@@ -22,11 +31,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 
-def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env, batch: str = "") -> dict:
+def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env, batch: str = "",
+         program: str = "", params: str | None = None) -> dict:
     argv = [sys.executable, "-m", "kvdiag", "scan", entry, "--build", build, "-j", str(jobs),
             "--devices", devices, "--format", "json"] + (["--batch", batch] if batch else [])
+    argv += (["--program", program] if program else []) + (["--params", params] if params else [])
     if limit:
         argv += ["--limit", str(limit)]
     out = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -50,9 +62,19 @@ def summary(name: str, jobs: int, devices: str, data: dict, base: dict | None) -
            "per_device": {k: {"cases": v["cases"], "affected": v["affected"]} for k, v in data["devices"].items()},
            "batch_size": data.get("batch_size"), "processes": data.get("processes"),
            "ran_alone_after_batch": data.get("ran_alone_after_batch", 0)}
+    row["program"] = (data.get("program") or {}).get("path")
     if base is not None:
         row["speedup"] = round(base["wall_s"] / data["wall_s"], 2)
-        row["verdicts_identical_to_baseline"] = verdicts == {p: c["verdict"] for p, c in base["cases"].items()}
+        base_verdicts = {p: c["verdict"] for p, c in base["cases"].items()}
+        row["verdicts_identical_to_baseline"] = verdicts == base_verdicts
+        affected = {p for p, v in verdicts.items() if v == "confirmed"}
+        row["affected_identical_to_baseline"] = affected == {p for p, v in base_verdicts.items() if v == "confirmed"}
+        changed: dict[str, int] = {}
+        for p, v in verdicts.items():
+            if base_verdicts.get(p) != v:
+                key = f"{base_verdicts.get(p)}->{v}"
+                changed[key] = changed.get(key, 0) + 1
+        row["verdict_changes"] = changed
     return row
 
 
@@ -61,20 +83,28 @@ def main() -> int:
     ap.add_argument("--build", required=True)
     ap.add_argument("--entry", default="D2")
     ap.add_argument("--limit", type=int, default=None)
-    ap.add_argument("--variant", action="append", default=[], help="JOBS@DEVICES, e.g. 8@0 or 8@0,1 (repeatable)")
+    ap.add_argument("--params", default=None, help="the case space (scan --params), e.g. hsk")
+    ap.add_argument("--home", default=None, help="KVDIAG_HOME to use (default: a fresh one); a kept one keeps the "
+                                                 "launch probe's program for later commands")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="JOBS@DEVICES[/BATCH][:PROGRAM], e.g. 8@0, 8@0,1, 8@0/1, 8@0:plain (repeatable)")
     args = ap.parse_args()
     variants = args.variant or ["1@0", "8@0"]
-    env = dict(os.environ, KVDIAG_HOME=tempfile.mkdtemp(prefix="kvdiag-bench-home-"))
-    # Untimed warm-up (one case): the sanitizer's control and kvdiag's caches are built once,
-    # here, not inside whichever variant happens to run first.
-    scan(args.build, args.entry, 1, variants[0].partition("@")[2].partition("/")[0] or "0", 1, env, "1")
+    env = dict(os.environ, KVDIAG_HOME=args.home or tempfile.mkdtemp(prefix="kvdiag-bench-home-"))
+    # Untimed warm-up (one case): the sanitizer's control, kvdiag's caches and the launch
+    # probe's program are made once, here, not inside whichever variant happens to run first.
+    started = time.monotonic()
+    scan(args.build, args.entry, 1, variants[0].partition("@")[2].partition("/")[0].partition(":")[0] or "0", 1,
+         env, "1", "auto", args.params)
+    print(json.dumps({"variant": "warm-up", "warmup_s": round(time.monotonic() - started, 1)}), flush=True)
     base = None
     walls: dict[tuple[str, str, str], float] = {}
     for name in variants:
-        jobs, _, rest = name.partition("@")
+        spec, _, program = name.partition(":")
+        jobs, _, rest = spec.partition("@")
         devices, _, batch = rest.partition("/")
         devices = devices or "0"
-        data = scan(args.build, args.entry, int(jobs), devices, args.limit, env, batch)
+        data = scan(args.build, args.entry, int(jobs), devices, args.limit, env, batch, program, args.params)
         row = summary(name, int(jobs), devices, data, base)
         one_gpu = walls.get((jobs, devices.split(",")[0], batch))
         if "," in devices and one_gpu:

@@ -321,19 +321,27 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.option("--limit", type=Count(1, 100000), help="Run only the first N supported cases.")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the cases over (default: every visible one).")
-@click.option("--batch", type=Count(0, 32), default=0, show_default=True,
+@click.option("--batch", type=Count(0, 128), default=0, show_default=True,
               help="Cases per process: 0 spreads the cases evenly over the workers (at most 32 each), "
-                   "1 runs one process per case.")
+                   "1 runs one process per case; up to 128 by hand (fewer, longer-lived processes).")
 @click.option("--shard", metavar="I/N|auto",
               help="Run shard I of N (from 1) of the cases, each case's shard fixed by its name; auto: I and N "
                    "from a Slurm job array, a Kubernetes Indexed Job or GitLab parallel: (docs/fleets.md).")
 @click.option("--save", type=click.Path(path_type=Path, dir_okay=False),
               help="Also save the scan JSON here, for `kvdiag merge` (it is always saved under the run store).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--program", type=click.Choice(["auto", "plain"]), default="auto", show_default=True,
+              help="auto: the launch probe's build of test-backend-ops (sanitized cases GPU-only, no CPU reference; "
+                   "every kernel launch listed), else the build's own, saying why. plain: the build's own.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif"]), default="text",
+              show_default=True)
 @pass_ctx
 def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, batch, shard, save,
-             fmt) -> int:
+             program, fmt) -> int:
     """Every affected shape: every test case judged on its own output, in parallel, aggregated.
+
+    Without --params the case space is the entry's measured radius for this tree
+    (`kvdiag registry radius`), else its [scan]. The output groups the cases by kernel
+    instantiation: affected, clean (launched under the detector, no finding), never reached.
 
     Cases run several to a process (a host starts only a few CUDA processes per
     second); each case's findings are those printed with it, and a case a batch
@@ -360,7 +368,8 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
         output_target(save)              # refuse a FIFO or device before the scan runs, not after
     try:
         result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
-                               fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save)
+                               fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save,
+                               program=program)
     except ScanNotRun as exc:
         from kvdiag.engine.verdict import Verdict
 
@@ -477,8 +486,11 @@ def _register_commands() -> None:
 
     from kvdiag.commands.model import model_group
 
+    from kvdiag.commands.radius import registry_radius
+
     for command in (*PROBE_COMMANDS, *BISECT_COMMANDS, *SWEEP_COMMANDS, model_group):
         cli.add_command(command)
+    registry_group.add_command(registry_radius)
     add_help_blocks(cli)
 
 

@@ -62,7 +62,12 @@ def scan_and_show(entry: Entry, build_dir: Path, *, fmt: str, save: Path | None 
         written = save_scan(scan_session.scan_document(result), save)
         click.echo(f"kvdiag: scan saved to {written_as(save, written)}", err=True)
     if fmt == "json":
-        click.echo(json.dumps({**result.to_dict(), "run_dir": str(result.run_dir)}, indent=2, default=str))
+        click.echo(json.dumps({**scan_session.scan_document(result), "run_dir": str(result.run_dir)}, indent=2,
+                              default=str))
+    elif fmt in ("markdown", "sarif"):
+        from kvdiag.report.scan_formats import render_scan_markdown, render_scan_sarif
+
+        click.echo((render_scan_markdown if fmt == "markdown" else render_scan_sarif)(result, entry))
     else:
         from kvdiag.report.scan_text import render_scan
 

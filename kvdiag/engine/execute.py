@@ -18,6 +18,8 @@ from kvdiag.engine.budget import compiles, step_budget
 from kvdiag.engine.comparison import ComparisonArm, describe_comparison
 from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
+from kvdiag.engine.launch_program import PROGRAM, launch_listed, program_for, with_program
+from kvdiag.engine.launch_proof import LaunchContext
 from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
 from kvdiag.engine.presence import after_running, before_running
@@ -64,6 +66,8 @@ class RunOptions:
     skip_builds: bool = False                 # steps that compile code are skipped (`sweep --skip-builds`)
     # The judged step's comparison arm, read by relative matchers (set by run_entry, see engine.comparison).
     comparison: Callable[[], Any] | None = None
+    scan_case: bool = False                   # one case of `kvdiag scan`: sanitized cases run GPU-only (the
+                                              # launch probe's launch mode) and the launch gate judges per case
 
 
 def no_sanitizer_gate(tool: str | None) -> Gate:
@@ -156,7 +160,8 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         notes, site = confirmed_notes(entry, target, attempts)
         warnings += notes
         extra = {**extra, **({"site": site} if site else {})}
-    verdict, reason, warnings = after_running(verdict, reason, warnings, presence)
+    verdict, reason, warnings = after_running(verdict, reason, warnings, presence,
+                                              built_without=_built_without(attempts))
     extra = {**extra, **({"interrupted": True} if interrupted else {})}
     outcome = Outcome(entry.id, verdict, reason, tuple(attempts), tuple(dict.fromkeys(warnings + _cut(attempts))),
                       step.name, time.monotonic() - started, extra, range=presence)
@@ -178,6 +183,13 @@ def _without_running(entry: Entry, step: Step, judgement, presence, options: Run
         return None
     return Outcome(entry.id, verdict, reason, (), tuple(warnings), step.name, time.monotonic() - started,
                    range=presence)
+
+
+def _built_without(attempts: list[Attempt]) -> bool:
+    """Every not-applicable attempt rests on the launch-proof gate: the build compiled no kernel the
+    entry is about (engine.judge rule 9), build evidence that holds inside an affected range too."""
+    refused = [a for a in attempts if a.verdict is Verdict.NOT_APPLICABLE]
+    return bool(refused) and all(a.evidence.launch_proof for a in refused)
 
 
 def _cut(attempts: list[Attempt]) -> list[str]:
@@ -312,7 +324,7 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
                                          cancel=options.cancel)
                 except CommandInterrupted as exc:
                     results.append(exc.result)
-                    obs = observe(step, results, sanitizer_logs, budget)
+                    obs = observe(step, results, sanitizer_logs, budget, launch_listed(planned))
                     raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                                      time.monotonic() - started, str(run_dir.logs))) from None
                 except CommandNotFound as exc:
@@ -322,11 +334,12 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
                     break
     finally:
         progress.stop()
-    obs = observe(step, results, sanitizer_logs, budget)
+    obs = observe(step, results, sanitizer_logs, budget, launch_listed(planned))
     duration = time.monotonic() - started
     # The gate is lazy: only a would-be not-reproduced consults it (it may cost a canary run).
     return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, duration, str(run_dir.logs),
-                         presence=target.range_evidence(entry), comparison=options.comparison)
+                         presence=target.range_evidence(entry), comparison=options.comparison,
+                         launch=launch_context(target, per_case=options.scan_case))
 
 
 def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
@@ -399,13 +412,25 @@ def _line_env(step: Step, env: Mapping[str, str]) -> dict[str, str] | None:
 
 def plan_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: RunOptions):
     build = target.build
+    binaries = dict(build.binaries) if build else {}
+    program = program_for(step, target)       # the launch probe's build of test-backend-ops, when it exists
+    if program is not None:
+        binaries[PROGRAM] = program
     context = template_context(
-        entry, step, binaries=build.binaries if build else {}, build_dir=build.build_dir if build else None,
+        entry, step, binaries=binaries, build_dir=build.build_dir if build else None,
         source_dir=build.source_dir if build else None, scratch=run_dir.scratch, overrides=options.overrides)
     planned = render_step(step, context)
+    if program is not None:
+        planned = with_program(planned, program, launch_mode=options.scan_case and bool(step.sanitizer))
     if options.device is not None:
         planned = replace(planned, env={**planned.env, "CUDA_VISIBLE_DEVICES": visible_value(options.device)})
     return planned
+
+
+def launch_context(target: Target, *, per_case: bool) -> LaunchContext:
+    """What the launch-proof gate reads from the target: its kernel listing and its commit."""
+    git = getattr(target.build, "git", None) if target.build is not None else None
+    return LaunchContext(symbols=target.kernel_symbols, commit=getattr(git, "commit", None), per_case=per_case)
 
 
 def gpu_lease(entry: Entry, target: Target, options: RunOptions):

@@ -17,7 +17,12 @@
    arm) → inconclusive, saying which arm lacked what;
 7. the detector's control has not passed on this machine → inconclusive;
 8. otherwise → not-reproduced, saying what executed, what the relative matchers measured
-   and which control passed.
+   and which control passed;
+9. a sanitizer step's would-be not-reproduced asks the launch-proof gate (engine.launch_proof):
+   no kernel the entry is about compiled into the build → not-applicable, inside an affected
+   range too (the symbols are build evidence that the defect cannot run; the reason names the
+   range); compiled but none launched → inconclusive; a scan's case that launched none →
+   not-applicable for that case.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from kvdiag.controls.gate import Gate
+from kvdiag.engine.launch_proof import LaunchContext, judge_launch
 from kvdiag.engine.matchers import UNDETERMINED, Match, match
 from kvdiag.engine.observe import ArmReading, Observations
-from kvdiag.engine.presence import refused_everywhere, unexercised
+from kvdiag.engine.presence import refused_everywhere, unexercised, with_range
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
+from kvdiag.parse.launches import distinct_kernels
 from kvdiag.parse.sanitizer import instantiations, site_label
 from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
 from kvdiag.records.ranges import RangeEvidence
@@ -43,16 +50,23 @@ def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:
 
 def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gate], index: int,
                   duration_s: float, log_dir: str | None = None, presence: RangeEvidence | None = None,
-                  comparison: Callable[[], ArmReading] | None = None) -> Attempt:
+                  comparison: Callable[[], ArmReading] | None = None, launch: LaunchContext | None = None) -> Attempt:
     """The attempt's verdict. ``gate`` may be a callable: it is only consulted (and a
-    control only run) when the verdict would otherwise be not-reproduced. ``presence``: what
+    control only run) when the verdict would otherwise be not-reproduced; so is the
+    launch-proof gate (engine.launch_proof), for a sanitizer step, with ``launch``. ``presence``: what
     the entry's affected ranges say about the tree (None: not evaluated, which places nothing).
     ``comparison`` reads the step's comparison arm (running it the first time) for relative matchers."""
     if comparison is not None:
         obs = replace(obs, comparison=comparison)
     matches = [match(m, obs) for m in matchers_for(entry, obs.step.name)]
     verdict, reason = _decide(entry, obs, matches, gate, presence)
+    proof = None
+    if verdict is Verdict.NOT_REPRODUCED and obs.step.sanitizer:
+        verdict, reason, proof = _launch_gate(entry, obs, reason, launch, presence)
     evidence = extract_evidence(obs, matches)
+    if obs.launch_listed or proof:
+        evidence = replace(evidence, launched=distinct_kernels(obs.launches), launch_proof=proof,
+                           launch_listing="launch probe" if obs.launch_listed else None)
     return Attempt(step=obs.step.name, index=index, verdict=verdict, reason=reason, evidence=evidence,
                    commands=tuple(r.to_dict() for r in obs.results), duration_s=duration_s, log_dir=log_dir)
 
@@ -114,6 +128,21 @@ def log_cut(results: Sequence) -> str | None:
     worst = max(cut, key=lambda r: r.log_cut)
     return (f"the log was cut: {worst.log_cut} bytes of output never reached logs/{worst.combined_path.name} "
             f"({worst.log_error or 'the write was refused'})")
+
+
+def _launch_gate(entry: Entry, obs: Observations, reason: str, launch: LaunchContext | None,
+                 presence: RangeEvidence | None) -> tuple[Verdict, str, str]:
+    """Rule 7's last question: did a kernel the entry is about run under the detector? A build that
+    compiled none of them is not-applicable even inside an affected range (the symbols are build
+    evidence that the defect cannot run here; the reason names the range beside it); one that compiled
+    them without launching any stays inconclusive (engine.launch_proof)."""
+    judged = judge_launch(entry, obs.launches, obs.launch_listed, launch, tool=obs.step.sanitizer)
+    if judged.verdict is None:
+        return Verdict.NOT_REPRODUCED, f"{reason}; {judged.text}", judged.text
+    said = f"{_what_ran(obs)}; the signature did not match, but {judged.text}"
+    if judged.verdict is Verdict.NOT_APPLICABLE:
+        said = with_range(said, presence)
+    return judged.verdict, said, judged.text
 
 
 def _sanitizer_problem(obs: Observations) -> str | None:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kvdiag.parse.aborts import AbortInfo, parse_aborts
 from kvdiag.parse.backend_ops import BackendOpsReport, parse_backend_ops
 from kvdiag.parse.case_segments import CaseSegment, CaseSplit, segment_text
+from kvdiag.parse.launches import Launch, parse_launches
 from kvdiag.parse.sanitizer import MARKER, SanitizerReport, fold_sites, parse_sanitizer
 from kvdiag.parse.text import strip_ansi
 from kvdiag.registry.entry import Step
@@ -54,6 +55,8 @@ class Observations:
     budget_s: float | None = None            # the step's time budget (engine.budget), when it ran commands
     # the step's comparison arm, read (and run, the first time) only when a relative matcher asks
     comparison: Callable[[], ArmReading] | None = None
+    launches: tuple[Launch, ...] = ()        # the launch probe's lines (kvdiag.parse.launches)
+    launch_listed: bool = False              # the program printed its launches (the probe's build, asked to)
 
     @property
     def last(self):
@@ -73,7 +76,7 @@ class Observations:
 
 
 def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
-            budget_s: float | None = None) -> Observations:
+            budget_s: float | None = None, launch_listed: bool = False) -> Observations:
     """Read and parse the logs of an attempt's commands."""
     stdout = strip_ansi("".join(r.stdout_text() for r in results))   # matchers see the printed words,
     stderr = strip_ansi("".join(r.stderr_text() for r in results))   # as in the combined stream
@@ -85,6 +88,7 @@ def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
         step=step, results=tuple(results), stdout=stdout, stderr=stderr, combined=combined,
         sanitizer_text=sanitizer_text, sanitizer=sanitizer, backend_ops=backend,
         aborts=tuple(parse_aborts(combined)), budget_s=budget_s,
+        launches=parse_launches(stdout) if launch_listed else (), launch_listed=launch_listed,
     )
 
 
@@ -94,7 +98,8 @@ def observe_staleness(step: Step, stale: bool | None, detail: str) -> Observatio
                         sanitizer=None, backend_ops=None, aborts=(), stale=stale, stale_detail=detail)
 
 
-def observe_segment(step: Step, text: str, split: CaseSplit, segment: CaseSegment) -> Observations:
+def observe_segment(step: Step, text: str, split: CaseSplit, segment: CaseSegment,
+                    launch_listed: bool = False) -> Observations:
     """One case's share of a process that ran several (a scan batch), observed as if it
     had run alone: its own lines, its own findings, and the tool's count for them.
 
@@ -111,4 +116,5 @@ def observe_segment(step: Step, text: str, split: CaseSplit, segment: CaseSegmen
     backend = replace(split.backend_ops, cases=(segment.case,), running_case=None) if split.backend_ops else None
     sanitizer_text = "".join(line for line in own.splitlines(keepends=True) if MARKER in line)
     return Observations(step=step, results=(), stdout=own, stderr="", combined=own, sanitizer_text=sanitizer_text,
-                        sanitizer=report, backend_ops=backend, aborts=())
+                        sanitizer=report, backend_ops=backend, aborts=(), launches=segment.launches,
+                        launch_listed=launch_listed)

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import jinja2
 
+from kvdiag.engine.launch_program import PROGRAM_NOTE, uses_program
 from kvdiag.engine.wrapping import wrap_with_sanitizer
 from kvdiag.errors import TemplateProblem, UnsafeTemplate
 from kvdiag.proc.sanitizer import find_sanitizer
@@ -143,5 +144,7 @@ def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
                 item["argv"] = [list(c) for c in commands]
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in planned.env.items())
                 item["shell"] = "\n    ".join((env + " " if env else "") + shlex.join(c) for c in commands)
+                if uses_program(step):
+                    item["program_note"] = PROGRAM_NOTE
         out.append(item)
     return {"build_dir": str(build_dir), "commands": out, "range": presence.to_dict()}

@@ -23,7 +23,11 @@ range is never not-applicable, so it is inconclusive, naming both.
 
 **After running** (`after_running`): a not-reproduced in a tree the range says is
 fixed carries that note; a confirmed defect in a tree the range calls fixed, or a
-clean run inside a range, is a disagreement the verdict warns about.
+clean run inside a range, is a disagreement the verdict warns about. The one
+not-applicable a range does not overturn is the launch-proof gate's "this build
+compiled no kernel the entry is about" (engine.launch_proof): the build's own symbols
+say the defect's code cannot run, whatever the history says; a kernel compiled but not
+launched stays inconclusive.
 """
 
 from __future__ import annotations
@@ -94,12 +98,17 @@ def before_running(judgement, presence: RangeEvidence) -> tuple[Verdict, str]:
     return verdict, with_range(judgement.reason, presence)
 
 
-def after_running(verdict: Verdict, reason: str, warnings: list[str],
-                  presence: RangeEvidence) -> tuple[Verdict, str, list[str]]:
+def after_running(verdict: Verdict, reason: str, warnings: list[str], presence: RangeEvidence, *,
+                  built_without: bool = False) -> tuple[Verdict, str, list[str]]:
     """The verdict, reason and warnings of a run, with what the range adds. A not-applicable that a
     step reached on its own (a compile step's source file absent) inside an affected range is the
-    same disagreement as before running."""
+    same disagreement as before running. ``built_without``: the not-applicable rests on the build's
+    kernel listing (no kernel the entry is about was compiled in, engine.launch_proof): that is build
+    evidence that the defect cannot run here, so it stands inside a range, with a warning."""
     warnings = list(warnings)
+    if verdict is Verdict.NOT_APPLICABLE and presence.says_present and built_without:
+        warnings.append(f"{presence.summary}, but this build compiled no kernel the entry is about")
+        return verdict, reason, warnings
     if verdict is Verdict.NOT_APPLICABLE and presence.says_present:
         return Verdict.INCONCLUSIVE, _disagree(presence, reason), warnings
     if verdict is Verdict.NOT_REPRODUCED and presence.says_absent:

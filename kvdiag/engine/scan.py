@@ -66,6 +66,9 @@ class ScanResult:
     selection: tuple[str, ...] = ()       # a shard's whole selection: every case before sharding
     started_at: str = ""
     target: dict[str, Any] | None = None  # the target as saved (Target.to_dict()), set by the session
+    program: dict[str, Any] | None = None  # which test-backend-ops ran the cases (engine.launch_program)
+    kernels: dict[str, Any] | None = None  # the cases by kernel instantiation (engine.scan_kernels)
+    space_source: str | None = None        # where the case space came from (--params, the radius, [scan])
 
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
         return [(p, a) for p, a in self.results.items() if a.verdict is verdict]
@@ -124,6 +127,7 @@ class ScanResult:
             "shard": self.shard,
             "shard_from": self.shard_from,
             **({"selection": list(self.selection)} if self.shard else {}),
+            "program": self.program, "kernels": self.kernels, "space_source": self.space_source,
         }
 
     def ran_alone(self) -> int:
@@ -243,13 +247,14 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     index_of = dict((p, i) for i, p in numbered)
 
     def one(index: int, params: str, device: Any) -> dict[str, Attempt]:
-        options = RunOptions(overrides={"params": exact_case_regex(params)}, cancel=cancel, device=device)
+        options = RunOptions(overrides={"params": exact_case_regex(params)}, cancel=cancel, device=device,
+                             scan_case=True)
         attempt = attempt_step(entry, step, target, run_dir, index, f"{entry.id} case {index}", options,
                                gate_provider, name_prefix=f"case{index:04d}")
         return {params: attempt}
 
     def several(number: int, unit: list[tuple[int, str]], device: Any) -> BatchOutcome:
-        options = RunOptions(cancel=cancel, device=device)
+        options = RunOptions(cancel=cancel, device=device, scan_case=True)
         return run_batch(entry, step, target, run_dir, number=number, cases=unit, options=options,
                          gate_provider=gate_provider)
 

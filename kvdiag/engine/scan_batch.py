@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kvdiag.engine.devices import describe
-from kvdiag.engine.execute import GateProvider, RunOptions, gpu_lease, plan_step
+from kvdiag.engine.execute import GateProvider, RunOptions, gpu_lease, launch_context, plan_step
+from kvdiag.engine.launch_program import launch_listed
 from kvdiag.engine.judge import judge_attempt
 from kvdiag.engine.observe import observe_segment
 from kvdiag.engine.planning import TemplateProblem, escape_params
@@ -136,9 +137,9 @@ def run_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, numb
         if segment is None or segment.case.status not in _JUDGED_HERE:
             out.again.append(case)
             continue
-        obs = observe_segment(bstep, text, split, segment)
+        obs = observe_segment(bstep, text, split, segment, launch_listed(planned))
         attempt = judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, share, str(run_dir.logs),
-                                presence=target.range_evidence(entry))
+                                presence=target.range_evidence(entry), launch=launch_context(target, per_case=True))
         out.resolved[case] = dataclasses.replace(attempt, commands=(_command_record(result, segment),),
                                                  device=device)
     if out.again:

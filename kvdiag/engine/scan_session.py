@@ -8,6 +8,9 @@ from pathlib import Path
 from kvdiag import __version__
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, scan, scan_step
+from kvdiag.engine.launch_proof import family_patterns
+from kvdiag.engine.scan_kernels import group_by_kernel
+from kvdiag.registry.radius import radius_params, tables_for
 from kvdiag.engine.scan_batch import batchable
 from kvdiag.engine.target import prepare_target
 from kvdiag.target.build import check_build_dir
@@ -41,17 +44,17 @@ def shard_space(space: CaseSpace, limit: int | None, shard: Shard | None) -> tup
 
 def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None, params: str | None,
              limit: int | None, sanitizer: Path | None, devices: str | None = None,
-             batch: int = 1, progress: Progress | None = None, shard: Shard | None = None) -> ScanResult:
-    if not entry.scan and not (op and params):
+             batch: int = 1, progress: Progress | None = None, shard: Shard | None = None,
+             program: str = "auto") -> ScanResult:
+    if not entry.scan and not (op and params) and not entry.radius:
         raise UsageError(f"{entry.id} declares no case space: give --op and --params")
-    op = op or entry.scan.op
-    params = params or entry.scan.params
     progress = progress or Progress()
     home = kvdiag_home()
     check_build_dir(build_dir)               # before the scan's run folder is made
     run_dir = RunStore(home).create(f"scan-{entry.id}", RunRecord(entry=entry.id, status="running", kind="scan",
                                                                    fields={"op": op, "params": params}))
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
+    op, params, space_source = scan_space(entry, target, op, params)
     from kvdiag.engine.applicability import judge_applicability
 
     step = entry.step(entry.scan.step) if entry.scan else entry.default_step
@@ -61,12 +64,14 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
         run_dir.write_record(RunRecord(entry=entry.id, status="finished", kind="scan", fields={
             "target": target.to_dict(), "verdict": judgement.verdict, "reason": reason}))
         raise ScanNotRun(judgement.verdict, reason)
+    target, program_record = choose_program(target, program, entry, progress)
     whole = enumerate_cases(target, op, params, run_dir)
     presence = target.range_evidence(entry)
     if not whole.supported:
         verdict, reason = _nothing_to_scan(entry, step, whole, presence)
         run_dir.write_record(RunRecord(entry=entry.id, status="finished", kind="scan", fields={
-            "target": target.to_dict(), "verdict": verdict.value, "reason": reason, "range": presence.to_dict()}))
+            "target": target.to_dict(), "verdict": verdict.value, "reason": reason, "range": presence.to_dict(),
+            "program": program_record, "space_source": space_source}))
         raise ScanNotRun(verdict.value, f"{entry.id} has nothing to scan here: {verdict.value}: {reason}")
     space, selection = shard_space(whole, limit, shard)
     started_at = utc_now()
@@ -76,7 +81,8 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     workers = jobs or default_workers(device, len(chosen), batched)
     running = RunRecord(entry=entry.id, status="running", kind="scan", fields={
         "target": target.to_dict(), "op": op, "params": params, "supported": len(space.supported),
-        "shard": shard and shard.text, "shard_from": shard and shard.origin()})
+        "shard": shard and shard.text, "shard_from": shard and shard.origin(),
+        "program": program_record, "space_source": space_source})
     run_dir.write_record(running)
     cases = len(selection if shard is None else space.supported)
     if shard is not None:
@@ -100,7 +106,9 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
         progress.end()
     result = dataclasses.replace(result, run_dir=run_dir.path, shard=shard and shard.text,
                                  shard_from=shard and shard.origin(), selection=selection if shard else (),
-                                 started_at=started_at, target=target.to_dict(), range=presence)
+                                 started_at=started_at, target=target.to_dict(), range=presence,
+                                 program=program_record, space_source=space_source)
+    result.kernels = kernel_groups(entry, target, result)
     data = result.to_dict()
     status = "interrupted" if result.interrupted else "finished"   # the cases it has are kept either way
     run_dir.write_record(RunRecord(entry=entry.id, status=status, kind="scan",
@@ -139,3 +147,52 @@ def default_workers(device, n_devices: int, batched: bool) -> int:
     if batched and n_devices > 1:
         return max(1, -(-slots // n_devices))
     return slots
+
+
+def scan_space(entry: Entry, target, op: str | None, params: str | None) -> tuple[str, str, str]:
+    """(op, params, where they come from): --params; else the radius recorded for this tree
+    (or every tree) with `kvdiag registry radius`; else the entry's [scan]."""
+    if params:
+        return op or (entry.scan.op if entry.scan else ""), params, "--params"
+    git = target.build.git if target.build is not None else None
+    commit = git.commit if git is not None else None
+    recorded = radius_params(entry.radius, commit)
+    if recorded:
+        tables = tables_for(entry.radius, commit)
+        where = ", ".join(f"{t.get('tree') or t.get('repo')}@{str(t.get('commit'))[:12]}" for t in tables)
+        return op or str(tables[0].get("op") or entry.scan.op), recorded, f"the measured radius ({where})"
+    if not entry.scan:
+        raise UsageError(f"{entry.id} declares no case space: give --op and --params")
+    return op or entry.scan.op, entry.scan.params, "the entry's [scan]"
+
+
+def choose_program(target, program: str, entry: Entry, progress: Progress):
+    """The launch probe's test-backend-ops (GPU-only launch mode for sanitized cases) unless
+    `--program plain`, or when it cannot be made: then the user's, saying why."""
+    if program == "plain" or target.probe_program is None:
+        why = "--program plain" if program == "plain" else "no test-backend-ops or no kvdiag home"
+        return dataclasses.replace(target, probe_program=None), {"path": "plain", "why": why}
+    progress.say("preparing the launch probe's test-backend-ops (one file recompiled, relinked against this "
+                 "build; kept for the next scan)")
+    made = target.probe_program()
+    if not made.available:
+        progress.say(f"running the build's own test-backend-ops: {made.describe()}")
+        return dataclasses.replace(target, probe_program=None), {"path": "plain", "why": made.why_not,
+                                                                 "probe": made.to_dict()}
+    mode = "launch mode (GPU only, no CPU reference)" if scan_step(entry).sanitizer else "test mode"
+    progress.say(f"{made.describe()}; cases run in {mode}, every kernel launch listed")
+    return target, {"path": "launch" if scan_step(entry).sanitizer else "test+launches", "probe": made.to_dict()}
+
+
+def kernel_groups(entry: Entry, target, result: ScanResult) -> dict:
+    """The cases by kernel instantiation (engine.scan_kernels); the build's kernel listing is
+    asked for only when launches were listed (without them nothing can be called never reached)."""
+    patterns = family_patterns(entry)
+    listed = any(a.evidence.launch_listing for a in result.results.values())
+    compiled, listing = None, None
+    if listed and target.kernel_symbols is not None:
+        symbols = target.kernel_symbols()
+        listing = symbols.describe()
+        compiled = symbols.kernels if symbols.listed else None
+    dims = entry.scan.dimensions if entry.scan else ()
+    return group_by_kernel(result.results, patterns=patterns, dimensions=dims, compiled=compiled, listing=listing)

@@ -252,6 +252,7 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
     keeps every verdict it had. ``shard_from`` (`kvdiag.shards.Shard.origin`) is saved with it.
     """
     from kvdiag.store.history import record_sweep
+    from kvdiag.engine.attribution import attribute_outcome
     from kvdiag.engine.devices import select_devices
 
     progress = progress or Progress()
@@ -302,8 +303,6 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
     chosen = select_devices(target.gpu.devices, devices)
     if len(chosen) > 1:
         progress.say(f"GPU entries spread over {len(chosen)} GPUs: " + ", ".join(f"{d.index} {d.name}" for d in chosen))
-    from kvdiag.engine.attribution import attribute_outcome
-
     options = RunOptions(step_budget=step_budget, skip_builds=skip_builds, attribute=attribute_outcome)
     progress.begin("entries", len(entries))
     try:

@@ -40,6 +40,8 @@ class Target:
     backend_ops: Any               # BackendOpsInfo | None
     server_help: Callable[[], str | None] | None = None   # llama-server --help, asked for only when needed
     history: Any = None            # TreeHistory of the build's source tree (git asked only when a range is)
+    probe_program: Callable[[], Any] | None = None        # the launch probe's test-backend-ops (ProbeProgram)
+    kernel_symbols: Callable[[], Any] | None = None       # the build's kernel listing (KernelSymbols)
 
     @property
     def gpu(self):
@@ -129,9 +131,58 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
         backend_ops = ops_future.result() if ops_future is not None else None
     server = binaries.get("llama-server")
     server_help = _lazy_help(server, log_dir, home) if server is not None else None
+    program = binaries.get("test-backend-ops")
+    probe_program = symbols = None
+    if build_dir is not None and home is not None and program is not None:
+        probe_program = once(lambda: _probe_program(build_dir, program, home, log_dir))
+    if build_dir is not None and build is not None and build.cuda:
+        symbols = once(lambda: _kernel_symbols(build_dir, program, home, log_dir))
     history = TreeHistory(build.source_dir if build is not None else None, log_dir)
     return Target(build=build, environment=environment, sanitizer=found_sanitizer, backend_ops=backend_ops,
-                  server_help=server_help, history=history)
+                  server_help=server_help, history=history, probe_program=probe_program, kernel_symbols=symbols)
+
+
+def once(compute: Callable[[], Any]) -> Callable[[], Any]:
+    """compute() on the first call, from whichever thread asks first; the same answer after."""
+    lock = threading.Lock()
+    answer: list[Any] = []
+
+    def get() -> Any:
+        with lock:
+            if not answer:
+                answer.append(compute())
+            return answer[0]
+
+    return get
+
+
+def _probe_program(build_dir: Path, program: Path, home: Path, log_dir: Path):
+    """The launch probe's build of test-backend-ops (kvdiag.probes.program_rebuild), or why not."""
+    from kvdiag.engine.launch_program import LAUNCH_PROBE, disabled_reason
+    from kvdiag.probes import load_probes
+    from kvdiag.probes.program_rebuild import ProbeProgram, probe_program
+
+    why = disabled_reason()
+    if why:
+        return ProbeProgram(LAUNCH_PROBE, why_not=why)
+    try:
+        probe = load_probes().get(LAUNCH_PROBE)
+    except Exception as exc:  # a missing or malformed probe file is a reason, never a crash
+        return ProbeProgram(LAUNCH_PROBE, why_not=str(exc))
+    return probe_program(build_dir, program, probe, home=home, log_dir=log_dir)
+
+
+def _kernel_symbols(build_dir: Path, program: Path | None, home: Path | None, log_dir: Path):
+    from kvdiag.target.kernel_symbols import KernelSymbols, cuda_library, list_kernels
+
+    library = cuda_library(build_dir, program)
+    if library is None:
+        return KernelSymbols(None, None, why_not=f"no ggml-cuda library found in {build_dir}")
+    if home is None:
+        return list_kernels(library, log_dir=log_dir)
+    codec = Codec(dump=KernelSymbols.to_record, load=KernelSymbols.from_record)
+    return memoised(home, "kernel-symbols", binary_key(library), lambda: list_kernels(library, log_dir=log_dir), codec,
+                    lambda listing: listing.listed)
 
 
 def proven(build, *, log_dir: Path, home: Path | None):

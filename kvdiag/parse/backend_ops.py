@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from kvdiag.parse.launches import LAUNCH_MARKER as _LAUNCH_MARKER
 from kvdiag.parse.text import clean_line, dataclass_dict, split_top_level
 
 # size: the case records, the status-line grammar and the one-pass reader of one program's
@@ -335,11 +336,16 @@ class _State:
 
 
 def _program_text(line: str) -> str | None:
-    """The target's part of a line: text before a sanitizer marker; None if nothing."""
+    """The target's part of a line: text before a sanitizer marker or a launch probe's line
+    (``kvdiag-launch: …``, kvdiag.parse.launches); None if nothing."""
     m = _MARKER.search(line)
-    if m is None:
+    end = m.start() if m is not None else len(line)
+    launch = line.find(_LAUNCH_MARKER, 0, end)
+    if launch >= 0:
+        end = launch
+    if end == len(line):
         return line
-    before = line[: m.start()]
+    before = line[:end]
     return before if before.strip() else None
 
 

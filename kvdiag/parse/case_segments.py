@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from kvdiag.parse.backend_ops import BackendCase, BackendOpsReport, parse_backend_ops
+from kvdiag.parse.launches import Launch, parse_launches
 from kvdiag.parse.sanitizer import SanitizerFinding, SanitizerReport, parse_sanitizer
 
 # One per kernel launch whose records did not all fit the tool's device buffer; the
@@ -43,6 +44,7 @@ class CaseSegment:
     end_line: int                    # the line that carries this case's status
     findings: tuple[SanitizerFinding, ...] = ()
     overflow_warnings: int = 0
+    launches: tuple[Launch, ...] = ()   # the launch probe's lines in the case's stretch (its kernels)
 
     @property
     def error_count(self) -> int:
@@ -92,6 +94,7 @@ def split_cases(text: str, tool: str | None) -> CaseSplit:
     report = parse_sanitizer(text, tool=tool) if tool else None
     overflow_lines = [i for i, line in enumerate(lines, start=1) if _OVERFLOW.search(line)]
     findings = list(report.findings) if report else []
+    launches = parse_launches(text)
     segments: list[CaseSegment] = []
     start = 1
     for case in backend.cases:
@@ -100,7 +103,8 @@ def split_cases(text: str, tool: str | None) -> CaseSplit:
             continue
         mine = tuple(f for f in findings if f.line_no is not None and start <= f.line_no <= end)
         overflow = sum(1 for n in overflow_lines if start <= n <= end)
-        segments.append(CaseSegment(case, start, end, mine, overflow))
+        started = tuple(x for x in launches if start <= x.line_no <= end)
+        segments.append(CaseSegment(case, start, end, mine, overflow, started))
         start = end + 1
     trailing = tuple(f for f in findings if f.line_no is not None and f.line_no >= start)
     trailing_overflow = sum(1 for n in overflow_lines if n >= start)

@@ -44,7 +44,7 @@ REQUIRED_KEYS = (NAME_KEY, "defect", "kind", "repository", "commit", "path-prefi
 
 _KEY_LINE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):(?:[ \t]+(?P<value>.*))?$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_DEFECT = re.compile(r"^D[1-9][0-9]*$")
+_DEFECT = re.compile(r"^(?:D[1-9][0-9]*|any)$")
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 _DIFF_FILE = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$", re.M)
 _NEW_FILE = re.compile(r"^--- /dev/null$", re.M)
@@ -221,7 +221,7 @@ def parse_probe_file(path: Path) -> Probe:
     elif name and name != path.stem:
         add(NAME_KEY, f"{name!r} differs from the file name {path.stem!r}")
     if fields.get("defect") and not _DEFECT.match(fields["defect"]):
-        add("defect", f"{fields['defect']!r} is not a registry id like D2")
+        add("defect", f"{fields['defect']!r} is not a registry id like D2 (or 'any', a probe every entry may use)")
     if fields.get("kind") and fields["kind"] not in KINDS:
         add("kind", f"{fields['kind']!r} is not one of {', '.join(KINDS)}")
     if fields.get("commit") and not _COMMIT.match(fields["commit"]):

@@ -21,6 +21,8 @@ from kvdiag.records.rates import Rate
 
 __all__ = ["Attempt", "Evidence", "Outcome", "Verdict", "aggregate"]
 
+_OMITTED_WHEN_EMPTY = ("launched", "launch_listing", "launch_proof")
+
 
 class Verdict(str, Enum):
     CONFIRMED = "confirmed"
@@ -61,9 +63,16 @@ class Evidence:
     exit: str | None = None
     matched: tuple[str, ...] = ()           # which signature matchers matched
     unmatched: tuple[str, ...] = ()
+    launched: tuple[str, ...] = ()          # kernel instantiations the launch probe saw start (canonical)
+    launch_listing: str | None = None       # how launches were listed ("launch probe"); None: not listed
+    launch_proof: str | None = None         # what the launch-proof gate concluded (engine.launch_proof)
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
+        data = _plain(asdict(self))
+        for key in _OMITTED_WHEN_EMPTY:   # absent from runs recorded before them, and so from theirs when empty
+            if not data.get(key):
+                data.pop(key, None)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Evidence":

@@ -123,6 +123,7 @@ class Entry:
     steps: tuple[Step, ...] = ()
     signature: tuple[Matcher, ...] = ()
     scan: ScanSpec | None = None
+    radius: tuple[Mapping[str, Any], ...] = ()       # measured blast radii, one per tree (registry.radius)
     drift: DriftSpec | None = None
     probes: tuple[Mapping[str, str], ...] = ()
 

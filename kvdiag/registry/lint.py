@@ -232,6 +232,8 @@ def _lint_consistency(raw: RawEntry, add) -> None:
     if scan and scan["step"] not in step_names:
         add("scan.step", f"no repro step named {scan['step']!r}")
     probe_names = [p["name"] for p in data.get("probes", [])]
+    for i, table in enumerate(data.get("radius", [])):
+        _lint_radius(table, f"radius[{i}]", add)
     for i, probe in enumerate(data.get("probes", [])):
         if not resources.data_path(probe["file"]).is_file():
             add(f"probes[{i}].file", f"dangling: {probe['file']} does not exist")
@@ -243,6 +245,24 @@ def _lint_consistency(raw: RawEntry, add) -> None:
             add(f"repro[{i}].exercise_probe", "only backend-ops steps count cases")
     if not raw.body.strip():
         add("(body)", "the Markdown body is empty: root cause, trigger, what is established")
+
+
+_COMMIT = re.compile(r"^[0-9a-fA-F]{7,40}$")
+_CAST = re.compile(r"\((?:bool|int|unsigned int|long)\)")
+
+
+def _lint_radius(table: dict[str, Any], where: str, add) -> None:
+    """A measured radius names what it measured: a commit, and kernels or instantiations in the
+    canonical spelling (kvdiag.parse.launches) that launch lines and symbol listings compare with."""
+    if not _COMMIT.match(str(table["commit"])):
+        add(f"{where}.commit", f"{table['commit']!r} is not a commit id (7 to 40 hex digits)")
+    if not table.get("kernels") and not table.get("instantiations"):
+        add(where, "names neither kernels nor instantiations: nothing was measured")
+    for key in ("kernels", "instantiations", "clean_kernels"):
+        for name in table.get(key) or ():
+            if _CAST.search(name) or "<" in name and not name.endswith(">"):
+                add(f"{where}.{key}", f"{name!r} is not canonical (name<args>, no casts, no parameter list): "
+                                      "write it as `kvdiag registry radius` does")
 
 
 def _lint_osv(data: dict[str, Any], add) -> None:

@@ -87,6 +87,7 @@ def build_entry(raw: RawEntry) -> Entry:
         steps=tuple(_build_step(s) for s in d.get("repro", ())),
         signature=tuple(Matcher.from_table(m) for m in d.get("signature", ())),
         scan=from_table(ScanSpec, d["scan"]) if d.get("scan") is not None else None,
+        radius=tuple(d.get("radius", ())),
         drift=from_table(DriftSpec, d["drift"]) if d.get("drift") is not None else None,
         probes=tuple(d.get("probes", ())),
     )

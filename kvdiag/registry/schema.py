@@ -244,6 +244,36 @@ SCAN = Section(
                                       "asks which cases are hit, and printing findings is what costs."),
         "sanitizer_options": Key("list[str]", doc="Sanitizer options per case, replacing the step's "
                                                   "(e.g. --show-backtrace no)."),
+        "dimensions": Key("list[str]", doc="The case parameters that select a kernel instantiation (hsk, hsv, "
+                                           "nr23, nb, type_K, type_V): a scan groups affected cases by them and "
+                                           "`registry radius` writes case regexes over them."),
+    },
+)
+
+RADIUS = Section(
+    many=True,
+    doc="A measured blast radius, written by `kvdiag registry radius` from a saved scan: one table per tree.",
+    keys={
+        "repo": _s("The repository of the measured tree (an [[affected]] repo URL).", required=True),
+        "commit": _s("The commit the scan ran on, as recorded by the scan (7 to 40 hex digits).", required=True),
+        "tree": _s("What the tree is, in words (upstream llama.cpp, BeeLlama fork)."),
+        "measured": Key("date", required=True, doc="When the scan ran."),
+        "kvdiag": _s("The kvdiag version that scanned.", required=True),
+        "gpu": _s("The GPU and compute capability it ran on."),
+        "op": _s(required=True),
+        "scanned": Key("regex", required=True, doc="The case-space regex the scan walked."),
+        "cases": Key("int", doc="Cases the scan judged."),
+        "affected_cases": Key("int", doc="Of them, affected."),
+        "kernels": Key("list[str]", doc="The __global__ kernel instantiations the findings were "
+                                                       "in (canonical: name<args>, see kvdiag.parse.launches)."),
+        "instantiations": Key("list[str]", doc="The functions the findings name (a __device__ tile function "
+                                               "inlined into its kernel), canonical."),
+        "clean_kernels": Key("list[str]", doc="Kernel instantiations of the entry's family that launched under "
+                                              "the detector in the scan with no finding."),
+        "params": Key("regexes", required=True, doc="Case regexes (test-backend-ops -p) that together select "
+                                                    "every affected case; `kvdiag scan` without --params scans "
+                                                    "their union."),
+        "note": _s(),
     },
 )
 
@@ -280,6 +310,7 @@ SECTIONS: dict[str, Section] = {
     "repro": STEP,
     "signature": SIGNATURE,
     "scan": SCAN,
+    "radius": RADIUS,
     "drift": DRIFT,
     "probes": PROBE_REF,
 }

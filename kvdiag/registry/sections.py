@@ -72,6 +72,7 @@ class ScanSpec(_Table):
     params: str = ""
     print_limit: int | None = None                   # None: the step's own
     sanitizer_options: tuple[str, ...] | None = None  # None: the step's own
+    dimensions: tuple[str, ...] = ()                 # the case parameters that select an instantiation
 
 
 @dataclass(frozen=True)

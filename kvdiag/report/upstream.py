@@ -10,6 +10,7 @@ to reproduce it with kvdiag. Nothing is re-run.
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any, Mapping
 
 import click
@@ -73,6 +74,21 @@ def exact_command(outcome: Outcome) -> str | None:
     return None
 
 
+def build_equivalent(command: str | None, run: Mapping[str, Any]) -> str | None:
+    """The command with the build's own test-backend-ops in place of kvdiag's launch-probe build of it
+    (``$KVDIAG_HOME/probe-programs/…``), which a reader of the report does not have; None when the
+    command ran the build's own program."""
+    if not command:
+        return None
+    argv = shlex.split(command)
+    at = next((i for i, arg in enumerate(argv) if "/probe-programs/" in arg), None)
+    if at is None:
+        return None
+    name = Path(argv[at]).name
+    own = (((run.get("target") or {}).get("build") or {}).get("binaries") or {}).get(name)
+    return shlex.join([*argv[:at], own or f"bin/{name}", *argv[at + 1:]])
+
+
 def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: str | None = None,
                     store: RunStore | None = None) -> str:
     """Render the report of one finished run (a RunDir, or its run.json as a mapping). ``store`` (default:
@@ -99,17 +115,31 @@ def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: st
     location = where(entry, data.get("target"), raw.get("extra"))
     return render(
         "report.md.j2", entry=entry, o=outcome, v=view, t=t, build_rows=build_rows, env_rows=env_rows,
-        command=exact_command(outcome), reproduce=reproduce_command(entry, data), run_id=run_id,
+        command=exact_command(outcome), own_command=build_equivalent(exact_command(outcome), data),
+        reproduce=reproduce_command(entry, data), run_id=run_id,
         when=human_time(_date(run_id)) if run_id else None, attempt_index=attempt.index if attempt else None,
         established=entry.section("Established"), not_established=entry.section("Not established"),
         location=location, references=references, aliases=list(entry.aliases),
         run_version=data.get("kvdiag_version") or __version__, kvdiag_version=__version__,
-        overrides=dict(data.get("overrides") or {}), bisection=_bisection(entry, store), **MARKDOWN_HELPERS,
+        overrides=dict(data.get("overrides") or {}), bisection=_bisection(entry, store),
+        radius=radius_sentences(entry), **MARKDOWN_HELPERS,
     )
 
 
 def _bisection(entry: Entry, store: RunStore | None) -> str:
     return bisection_markdown(entry, store, when=lambda run_id: human_time(_date(run_id)))
+
+
+def radius_sentences(entry: Entry) -> list[str]:
+    """One sentence per measured radius (`kvdiag registry radius`): where, when, how many cases, which kernels."""
+    out = []
+    for r in entry.radius:
+        named = list(r.get("kernels") or r.get("instantiations") or ())
+        where = f"{r.get('tree') or r.get('repo')} at {str(r.get('commit'))[:12]}"
+        out.append(f"Measured blast radius ({where}, {r.get('measured')}, kvdiag {r.get('kvdiag')}): "
+                   f"{r.get('affected_cases', '?')} of {r.get('cases', '?')} {r.get('op')} cases /{r.get('scanned')}/ "
+                   f"are affected, in {len(named)} kernel instantiation(s): {', '.join(named)}.")
+    return out
 
 
 def _date(run_id: str) -> str:

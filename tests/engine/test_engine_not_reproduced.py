@@ -12,8 +12,9 @@ def test_clean_run_with_a_passed_control_is_not_reproduced(kv, d2):
     r = kv.run(d2, kv.target_for("backend_ops_all_ok"), gate=ALLOWED)
     o, ev = r.outcome, r.evidence
     assert o.verdict is Verdict.NOT_REPRODUCED and o.verdict.exit_code == 0
-    assert o.reason == ("1 matching case(s) executed (1 OK, 0 FAIL); the signature did not match; "
-                        + ALLOWED.reason)
+    assert o.reason.startswith("1 matching case(s) executed (1 OK, 0 FAIL); the signature did not match; "
+                               + ALLOWED.reason + "; launch not proven: launches were not listed in this run")
+    assert ev.launch_proof.startswith("launch not proven") and ev.launched == ()
     assert r.gate_calls == ["synccheck"]
     assert (ev.error_count, ev.cases_matched, ev.cases_executed) == (0, 1, 1)
     assert ev.unmatched and not ev.matched and not ev.quoted

@@ -214,7 +214,7 @@ def test_cli_batch_option_reaches_the_scan(kv, monkeypatch, argv, batch):
 
 def test_cli_batch_out_of_range_is_a_usage_error(kv, capsys):
     build = kv.build("backend_ops_case_space")
-    assert main(["scan", "D2", "--build", str(build), "--batch", "33"]) == 64   # ExitCode.USAGE
+    assert main(["scan", "D2", "--build", str(build), "--batch", "129"]) == 64   # ExitCode.USAGE
     assert "--batch" in capsys.readouterr().err
 
 

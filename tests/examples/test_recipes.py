@@ -176,7 +176,7 @@ def test_every_kvdiag_command_line_in_the_recipes_parses_with_kvdiags_cli():
     (["sweep", "--build", "b", "--shards", "auto"], "--shards"),
     (["merge", "a.json"], "Missing option '-o'"),
     (["sweep", "--build", "b", "--format", "pdf"], "'pdf' is not one of"),
-    (["scan", "D2", "--build", "b", "--batch", "99"], "--batch 99"),
+    (["scan", "D2", "--build", "b", "--batch", "129"], "--batch 129"),
     (["swep"], "No such command 'swep'"),
 ])
 def test_the_parse_check_catches_what_a_recipe_could_get_wrong(args, error):

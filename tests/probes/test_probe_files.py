@@ -33,7 +33,7 @@ def test_real_probes_parse_with_every_field():
     probes = load_probes(REAL)
     assert probes.problems == ()
     assert set(probes.names()) == {"D2-fix-uniform-barrier", "D2-count-divergent-barrier", "print-every-case-error",
-                                   "D11-f16-concat-cases"}
+                                   "D11-f16-concat-cases", "test-backend-ops-launch"}
     fix = probes.get("D2-fix-uniform-barrier")
     assert (fix.defect, fix.kind, fix.requires) == ("D2", "fix", ())
     assert fix.repository == "https://github.com/ggml-org/ggml"
@@ -49,6 +49,9 @@ def test_real_probes_parse_with_every_field():
     instrument = probes.get("D2-count-divergent-barrier")
     assert instrument.kind == "instrument" and instrument.keeps_output_correct is True
     assert probes.get("print-every-case-error").defect == "D8"
+    launch = probes.get("test-backend-ops-launch")     # serves every entry
+    assert (launch.defect, launch.kind, launch.touched_files()) == ("any", "instrument",
+                                                                   (("tests/test-backend-ops.cpp", False),))
 
 
 def test_header_continuation_and_requires_lists():

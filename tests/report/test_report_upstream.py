@@ -128,3 +128,29 @@ def test_report_command_prints_or_writes_the_report(registry_dir: Path, home: Pa
     result = runner.invoke(report_cmd, ["D2", "--run", "latest", "-o", str(out)], obj=Context(registry_dir),
                            standalone_mode=False)
     assert result.return_value == 0 and out.read_text(encoding="utf-8").startswith("# Divergent")
+
+
+def test_a_run_of_the_launch_probes_program_reports_the_builds_own_command_and_the_radius(d2, home: Path) -> None:
+    import dataclasses
+
+    outcome = d2_outcome()
+    attempt = outcome.attempts[0]
+    argv = list(attempt.commands[0]["argv"])
+    probe = "/home/u/.kvdiag/probe-programs/0a1b2c/test-backend-ops"
+    own = make_target()["build"]["binaries"].get("test-backend-ops") or "bin/test-backend-ops"
+    at = next(i for i, a in enumerate(argv) if str(a).endswith("test-backend-ops"))
+    argv[at] = probe
+    launched = dataclasses.replace(attempt, commands=({**attempt.commands[0], "argv": argv},))
+    write_run(home, "20261203-100000-D2-ab12", dataclasses.replace(outcome, attempts=(launched,)))
+    text = upstream_report(d2, find_run(RunStore(home), d2, "latest"))
+    assert f"{own} test -o FLASH_ATTN_EXT" in text.split("kvdiag ran it with its launch-probe build")[0]
+    assert probe in text.split("kvdiag ran it with its launch-probe build")[1]
+    from kvdiag.report.formats.markdown import md_text
+    from kvdiag.report.upstream import radius_sentences
+
+    sentence = radius_sentences(d2)[0]
+    assert sentence.startswith("Measured blast radius (upstream llama.cpp (hsk=256 only; recorded scan of 2026-12-02) "
+                               "at 749f688fcaa4, 2026-12-02, kvdiag 0.1.1): 60 of 132 FLASH_ATTN_EXT cases /hsk=256/ "
+                               "are affected, in 7 kernel instantiation(s): flash_attn_ext_f16_process_tile<256, 256, "
+                               "32, 1, 4")
+    assert md_text(sentence) in text

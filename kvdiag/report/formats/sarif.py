@@ -111,6 +111,8 @@ def _site_results(outcome: SweepOutcome, rule_index: int, known: list[str]) -> l
                                "kernel": site.get("kernel"), "k": outcome.k, "n": outcome.n,
                                **_range_property(outcome)},
             }
+            if getattr(evidence, "launched", ()):
+                result["properties"]["launched"] = list(evidence.launched)
             artifact = _artifact(str(site["file"]), known) if site.get("file") else None
             if artifact is not None:
                 physical: dict[str, Any] = {"artifactLocation": artifact}
@@ -152,6 +154,8 @@ def _entry_result(outcome: SweepOutcome, rule_index: int, known: list[str]) -> d
         "ruleId": view.id, "ruleIndex": rule_index, "level": "error", "message": {"text": text},
         "partialFingerprints": {FINGERPRINT_KEY: fingerprint(view.id, known[0] if known else "", instantiation)},
         "properties": {"verdict": "confirmed", "k": outcome.k, "n": outcome.n, **_range_property(outcome)}}
+    if view.launched:
+        result["properties"]["launched"] = list(view.launched)
     result["locations"] = _entry_location(known, build_file=True)
     return result
 
@@ -194,5 +198,8 @@ class SarifFormat(SweepFormatter):
         ranges = {o.entry_id: o.range.summary for o in sweep.outcomes if o.range is not None}
         if ranges:   # sweeps of kvdiag before affected ranges were evidence have none
             run["properties"]["ranges"] = ranges
+        launched = {o.entry_id: list(entry_view(o).launched) for o in sweep.outcomes if entry_view(o).launched}
+        if launched:   # the kernels each verdict's run launched (the launch probe), when it listed them
+            run["properties"]["launched"] = launched
         doc = {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
         return json.dumps(doc, indent=2, default=str) + "\n"

@@ -15,6 +15,10 @@ behaves by its `nb=` marker:
 
 `support` mode lists the selected cases as `SUPPORTED` / `NOT SUPPORTED` (ANSI colours as
 the real printer). `test` mode runs the cases `-p` selects (kvdiag's scan selects one).
+`launch` mode (the launch probe's, probes/test-backend-ops-launch.patch) runs them the same
+way; with KVDIAG_PRINT_LAUNCHES set a case prints the probe's `kvdiag-launch:` line of its
+kernel before it runs (nb=3 and nb=32 cases: the MMA kernel whose instantiation follows nr23),
+and every process appends its mode to `<build>/modes.log`.
 
 For the tests, every test-mode process records itself: its `-p` pattern is appended to
 `<build>/invocations.log`, and a file `<build>/pids/<pid>.<role>` is made for itself
@@ -175,9 +179,23 @@ def support_mode() -> None:
     fakeops.out(fakeops.GREEN_OK)
 
 
+LAUNCH = ("void flash_attn_ext_f16<256, 256, {c1}, {c2}, false, false>(char const*, char const*, char const*, "
+          "char const*, char const*, int const*, float*, float2*, float, float, float, float, unsigned int, float, "
+          "int, uint3, int, int, int, int, int, int, int, int, int, int, int, long, int, int, long, int, int, int, "
+          "int, int, long)")
+
+
+def launch_line(params: str) -> None:
+    if os.environ.get("KVDIAG_PRINT_LAUNCHES") and param(params, "nb") in ("3", "32"):
+        c1, c2 = ("4", "4") if param(params, "nr23") == "[4,1]" else ("8", "1")
+        fakeops.out("kvdiag-launch: " + LAUNCH.format(c1=c1, c2=c2))
+
+
 def test_mode() -> None:
     record("program", os.getpid())
     log_invocation()
+    with open(fakeops.BUILD / "modes.log", "a") as fh:
+        fh.write(sys.argv[1] + "\n")
     fakeops.header()
     selected = fakeops.selected(cases())
     passed = 0
@@ -187,6 +205,7 @@ def test_mode() -> None:
             passed += 1
             continue
         nb = param(params, "nb")
+        launch_line(params)
         if nb == "3" and fakeops.under_sanitizer():
             diverge(params)
         elif nb == "75":
@@ -198,7 +217,7 @@ def test_mode() -> None:
     fakeops.footer(passed, len(selected))
 
 
-fakeops.handle_probes()
+fakeops.handle_probes(modes=("test", "perf", "grad", "support", "launch"))
 if sys.argv[1] == "support":
     support_mode()
 else:

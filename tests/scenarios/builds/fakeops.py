@@ -43,7 +43,7 @@ _SITE = re.compile(r" in [^\s:]+:\d+$")
 
 # --------------------------------------------------------------------------- argv
 
-def handle_probes(ops: tuple[str, ...] = OPS) -> None:
+def handle_probes(ops: tuple[str, ...] = OPS, modes: tuple[str, ...] = ("test", "perf", "grad", "support")) -> None:
     """``--help`` prints upstream's usage and exits 1 (upstream has no --help: any
     unknown option does that); ``--list-ops`` lists the ops and exits 0."""
     args = sys.argv[1:]
@@ -53,7 +53,7 @@ def handle_probes(ops: tuple[str, ...] = OPS) -> None:
             out(f"  {op}")
         out(f"\nTotal: {len(ops)} operations")
         sys.exit(0)
-    if not args or args[0] not in ("test", "perf", "grad", "support"):
+    if not args or args[0] not in modes:
         sys.stdout.write((DATA / "help-upstream.txt").read_text())
         sys.stdout.flush()
         sys.exit(1)

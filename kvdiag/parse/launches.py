@@ -1,0 +1,82 @@
+"""Kernel instantiations: the launch lines of kvdiag's launch probe, and one spelling for every source.
+
+Three tools name the same kernel instantiation three ways:
+
+* compute-sanitizer: ``void flash_attn_ext_f16<(int)256, (int)256, (int)4, (int)4, (bool)0, (bool)0>(const char *, …)``
+* the launch probe (``probes/test-backend-ops-launch.patch``, the C++ runtime's demangler):
+  ``void flash_attn_ext_f16<256, 256, 4, 4, false, false>(char const*, …)``
+* ``cuobjdump -symbols`` / ``nm -C`` through c++filt: as the launch probe.
+
+:func:`canonical` reduces each to ``flash_attn_ext_f16<256, 256, 4, 4, false, false>``: the
+name, the template arguments with integer casts dropped and ``(bool)0/1`` as ``false/true``,
+no return type, no parameter list. That is the form kvdiag groups, stores and compares.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kvdiag.parse.sanitizer import split_signature
+
+LAUNCH_MARKER = "kvdiag-launch: "
+_INT_CAST = re.compile(r"^\((?:unsigned )?(?:int|long|long long|short|char|unsigned|size_t|int64_t|uint32_t)\)"
+                       r"(-?\d+)[uUlL]*$")
+_BOOL_CAST = re.compile(r"^\(bool\)([01])$")
+_LITERAL_SUFFIX = re.compile(r"^(-?\d+)[uUlL]+$")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One ``kvdiag-launch:`` line: the kernel as printed, its canonical form, where it was."""
+
+    printed: str
+    kernel: str
+    line_no: int
+
+    def to_dict(self) -> dict:
+        return {"printed": self.printed, "kernel": self.kernel, "line_no": self.line_no}
+
+
+def canonical_arg(arg: str) -> str:
+    arg = arg.strip()
+    if m := _BOOL_CAST.match(arg):
+        return "true" if m.group(1) == "1" else "false"
+    if m := _INT_CAST.match(arg):
+        return m.group(1)
+    if m := _LITERAL_SUFFIX.match(arg):
+        return m.group(1)
+    return arg
+
+
+def canonical(signature: str) -> str:
+    """``name<args>`` of any spelling of a kernel (see the module docstring); the bare name for a
+    kernel without template arguments."""
+    name, args = split_signature(signature)
+    if not args:
+        return name
+    return f"{name}<{', '.join(canonical_arg(a) for a in args)}>"
+
+
+def template_args(instantiation: str) -> tuple[str, ...]:
+    """The canonical template arguments of a canonical instantiation."""
+    return tuple(canonical_arg(a) for a in split_signature(instantiation)[1])
+
+
+def parse_launches(text: str) -> tuple[Launch, ...]:
+    """Every launch line, in order. The marker may follow other text on its line (an older
+    test-backend-ops prints a case's name before running it, so a launch lands mid-line)."""
+    found = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        at = line.find(LAUNCH_MARKER)
+        if at < 0:
+            continue
+        printed = line[at + len(LAUNCH_MARKER):].strip()
+        if printed:
+            found.append(Launch(printed=printed, kernel=canonical(printed), line_no=line_no))
+    return tuple(found)
+
+
+def distinct_kernels(launches) -> tuple[str, ...]:
+    """The canonical kernels launched, first launch first, each once."""
+    return tuple(dict.fromkeys(launch.kernel for launch in launches))

@@ -1,0 +1,46 @@
+"""Which kernel instantiations a CUDA library contains, read from ``cuobjdump -symbols`` or ``nm -C``.
+
+The kernels live in the library's fatbin: ``cuobjdump -symbols`` lists every device ELF's
+symbols, and a ``__global__`` function is a ``FUNC … ENTRY`` symbol there, by its mangled
+name (demangled with ``c++filt``). ``__device__`` functions such as
+``flash_attn_ext_f16_process_tile`` are inlined into their kernels and have no symbol of
+their own: a symbol check names the kernel (``flash_attn_ext_f16<…>``), never the tile.
+
+Without cuobjdump, ``nm -C`` on the host side of the library is the fallback: nvcc gives
+every kernel instantiation a host function of the same name (the launch stub), kept in the
+symbol table unless the library was stripped.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvdiag.parse.launches import canonical
+
+_ENTRY = re.compile(r"^\s*FUNC\s+\S+\s+\S+\s+ENTRY\s+(?P<name>\S+)\s*$")
+_NM_LINE = re.compile(r"^[0-9a-fA-F]+\s+[tTwW]\s+(?P<name>.+?)\s*$")
+# Host functions nvcc makes around a kernel, which are not kernels themselves.
+_NOT_A_KERNEL = ("__device_stub__", "__wrapper__device_stub_", "guard variable", "__nv_", "__cuda", "__sti__")
+
+
+def cuobjdump_entries(text: str) -> tuple[str, ...]:
+    """The mangled names of every ENTRY (kernel) symbol, each once, in listing order."""
+    return tuple(dict.fromkeys(m.group("name") for m in map(_ENTRY.match, text.splitlines()) if m))
+
+
+def demangled_kernels(text: str) -> tuple[str, ...]:
+    """c++filt's lines (one demangled kernel each) as canonical instantiations."""
+    return tuple(dict.fromkeys(canonical(line) for line in text.splitlines() if line.strip()))
+
+
+def nm_kernels(text: str) -> tuple[str, ...]:
+    """Canonical names of the text symbols ``nm -C --defined-only`` lists, nvcc's stubs left out.
+
+    It lists every host function too: the caller asks whether a given kernel is among
+    them, never for the list of kernels."""
+    out: dict[str, None] = {}
+    for line in text.splitlines():
+        m = _NM_LINE.match(line)
+        if m and not any(word in m.group("name") for word in _NOT_A_KERNEL):
+            out.setdefault(canonical(m.group("name")), None)
+    return tuple(out)
