@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from kvdiag import __version__
 from kvdiag.engine.gates import controls_gate_provider
@@ -15,6 +16,7 @@ from kvdiag.engine.scan_batch import batchable
 from kvdiag.engine.target import prepare_target
 from kvdiag.target.build import check_build_dir
 from kvdiag.engine.devices import select_devices
+from kvdiag.records.scan_program import ProbeBuild, ScanProgram
 from kvdiag.errors import ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.proc.slots import slots_for_memory
@@ -166,22 +168,24 @@ def scan_space(entry: Entry, target, op: str | None, params: str | None) -> tupl
     return op or entry.scan.op, entry.scan.params, "the entry's [scan]"
 
 
-def choose_program(target, program: str, entry: Entry, progress: Progress):
+def choose_program(target, program: str, entry: Entry, progress: Progress) -> tuple[Any, dict]:
     """The launch probe's test-backend-ops (GPU-only launch mode for sanitized cases) unless
-    `--program plain`, or when it cannot be made: then the user's, saying why."""
+    `--program plain`, or when it cannot be made: then the user's, saying why. Returns the target
+    to scan with and the saved record of the choice (records.scan_program, every key present)."""
     if program == "plain" or target.probe_program is None:
         why = "--program plain" if program == "plain" else "no test-backend-ops or no kvdiag home"
-        return dataclasses.replace(target, probe_program=None), {"path": "plain", "why": why}
+        return dataclasses.replace(target, probe_program=None), ScanProgram("plain", why).to_dict()
     progress.say("preparing the launch probe's test-backend-ops (one file recompiled, relinked against this "
                  "build; kept for the next scan)")
     made = target.probe_program()
+    probe = ProbeBuild.from_dict(made.to_dict())
     if not made.available:
         progress.say(f"running the build's own test-backend-ops: {made.describe()}")
-        return dataclasses.replace(target, probe_program=None), {"path": "plain", "why": made.why_not,
-                                                                 "probe": made.to_dict()}
+        return dataclasses.replace(target, probe_program=None), ScanProgram("plain", made.why_not, probe).to_dict()
     mode = "launch mode (GPU only, no CPU reference)" if scan_step(entry).sanitizer else "test mode"
     progress.say(f"{made.describe()}; cases run in {mode}, every kernel launch listed")
-    return target, {"path": "launch" if scan_step(entry).sanitizer else "test+launches", "probe": made.to_dict()}
+    path = "launch" if scan_step(entry).sanitizer else "test+launches"
+    return target, ScanProgram(path, None, probe).to_dict()
 
 
 def kernel_groups(entry: Entry, target, result: ScanResult) -> dict:

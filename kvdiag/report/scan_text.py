@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from kvdiag.engine.scan import ScanResult
 from kvdiag.engine.scan_kernels import describe_values
+from kvdiag.records.scan_program import ScanProgram
 from kvdiag.report.templating import render
 
 
@@ -48,6 +49,7 @@ def render_scan_data(d: Mapping[str, Any], where: str) -> str:
                   supported=len(cases) + len(d.get("not_run") or []), per_device=per_device,
                   shard_line=_shard_line(d),
                   again_reasons=list(dict.fromkeys(b["why_again"] for b in d.get("batches") or [] if b["why_again"])),
-                  counts=counts, other=other, where=where, k=d.get("kernels"), program=d.get("program"),
+                  counts=counts, other=other, where=where, k=d.get("kernels"),
+                  program=ScanProgram.from_dict(d.get("program")),
                   describe_values=describe_values,
                   inconclusive_reasons=[c["reason"] for c in cases.values() if c["verdict"] == "inconclusive"])
