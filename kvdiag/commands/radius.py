@@ -8,7 +8,6 @@ not written (exit 65, the problems printed).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import tomllib
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import click
 
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import ExitCode
-from kvdiag.fileio import write_atomic
+from kvdiag.fileio import read_json, write_atomic
 from kvdiag.registry.lint import lint_raw
 from kvdiag.registry.radius import RadiusWriteError, table_text, write_radius
 from kvdiag.registry.raw import FRONT_MATTER, RawEntry
@@ -57,10 +56,7 @@ def registry_radius(ctx, entry_id: str, scan_file: Path, repo: str | None, tree:
     from kvdiag.engine.radius import measure_radius
 
     entry = ctx.registry.get(entry_id)
-    try:
-        data = json.loads(scan_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--from {scan_file}: {exc}") from None
+    data = read_json(scan_file, "saved scan")     # bounded, as every file kvdiag reads back (kvdiag.fileio)
     dims = entry.scan.dimensions if entry.scan else ()
     table = measure_radius(data, dimensions=dims, repo=repo, tree=tree, commit=commit,
                            measured=measured.date() if measured else dt.date.today())
