@@ -2,6 +2,15 @@
 
 A verdict names the exact source it was made from; a dirty tree is reported with
 its changed paths, because ggml globs ``*.cu`` and an untracked file is built.
+
+Every question here leaves the user's ``.git`` as it was. ``git describe --dirty``
+refreshes and rewrites ``.git/index`` even under ``GIT_OPTIONAL_LOCKS=0``, and
+llama.cpp's CMake lists ``.git/index`` as a configure dependency of ``build.ninja``
+(its build-info step): one inspection of a dirty tree made the user's build stale
+(a CMake re-run on their next build) and D13 then confirmed on kvdiag's own doing
+(seen on an H200, llama.cpp b9084, 2026-12-02). So the description is asked for
+without ``--dirty``, and "dirty" comes from ``git status`` alone, which honours
+``GIT_OPTIONAL_LOCKS=0`` and writes nothing.
 """
 
 from __future__ import annotations
@@ -76,7 +85,7 @@ def git_state_or_why(source_dir: Path, *, log_dir: Path, exclude: Path | None) -
     commit = head.stdout_text().strip()
     short_r = _git(["rev-parse", "--short", "HEAD"], source_dir, log_dir, "git-rev-parse-short")
     short = short_r.stdout_text().strip() if short_r.returncode == 0 else commit[:12]
-    desc_r = _git(["describe", "--tags", "--always", "--dirty"], source_dir, log_dir, "git-describe")
+    desc_r = _git(["describe", "--tags", "--always"], source_dir, log_dir, "git-describe")
     describe = (desc_r.stdout_text().strip() or None) if desc_r.returncode == 0 else None
 
     status_args = ["status", "--porcelain", "--untracked-files=normal"]
@@ -89,11 +98,18 @@ def git_state_or_why(source_dir: Path, *, log_dir: Path, exclude: Path | None) -
             status_args += ["--", ".", f":(exclude){rel.as_posix()}"]
     status_r = _git(status_args, source_dir, log_dir, "git-status")
     changed: list[str] = []
+    tracked_changed = False
     if status_r.returncode == 0:
         for line in status_r.stdout_text().splitlines():
             if len(line) > 3:
                 changed.append(line[3:])
-    dirty = bool(changed) or (describe is not None and describe.endswith("-dirty"))
+                tracked_changed = tracked_changed or not line.startswith("??")
+    else:       # not known to be clean: said so, never taken as clean
+        changed.append(f"(git status failed: {first_line(status_r.combined_text()) or status_r.describe()})")
+        tracked_changed = True
+    dirty = bool(changed)
+    if tracked_changed and describe is not None:
+        describe += "-dirty"            # what `describe --dirty` prints (untracked files aside), without its write
 
     branch_r = _git(["symbolic-ref", "--short", "-q", "HEAD"], source_dir, log_dir, "git-branch")
     branch = (branch_r.stdout_text().strip() or None) if branch_r.returncode == 0 else None

@@ -166,3 +166,19 @@ def test_the_cli_without_a_preset_still_needs_the_attention_shape(tmp_path):
                                 standalone_mode=False)
     assert isinstance(result.exception, UsageError)
     assert "--head-dim, --n-head-kv" in str(result.exception)
+
+
+def test_llama_cpp_types_the_preset_depth_27b_and_its_drafts_are_accepted():
+    """The recorded CPU llama-server of the fork on the preset at narrow widths (64 layers, q8_0,
+    fan-in; tests/fixtures/cpu-fork-775450a68-mtp/README.md): the loader's LLM_TYPE_27B branch
+    took it, and two drafts in three were accepted at that depth."""
+    import gzip
+    import re
+
+    log = gzip.decompress((REPO / "tests/fixtures/cpu-fork-775450a68-mtp/"
+                           "server-seed-shape-64-layers.combined.log.gz").read_bytes()).decode()
+    assert re.search(r"print_info: model type += 27B", log) and re.search(r"print_info: file type += Q8_0", log)
+    assert re.search(r"print_info: n_layer += 64\b", log)
+    accepted, drafted = map(int, re.search(r"draft acceptance = [0-9.]+ \( *(\d+) accepted / +(\d+) generated",
+                                           log).groups())
+    assert (accepted, drafted) == (198, 300)

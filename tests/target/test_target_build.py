@@ -246,6 +246,25 @@ def test_git_dirty_tracked_file(git_repo, log_dir):
     assert state.describe.endswith("-dirty")
 
 
+def test_reading_a_dirty_tree_leaves_its_git_index_untouched(git_repo, log_dir):
+    """`git describe --dirty` rewrites .git/index, which llama.cpp's CMake lists as a configure
+    dependency of build.ninja: kvdiag's look at a dirty tree made the user's build stale (H200,
+    llama.cpp b9084). The index keeps its bytes and its mtime through git_state."""
+    (git_repo / "src.c").write_text("int main(void) { return 2; }\n")
+    index = git_repo / ".git" / "index"
+    os.utime(index, (1_500_000_000, 1_500_000_000))
+    before = (index.read_bytes(), index.stat().st_mtime_ns)
+    state = git_state(git_repo, log_dir=log_dir)
+    assert state.dirty and state.describe.endswith("-dirty")
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+
+
+def test_a_tree_whose_status_fails_is_not_called_clean(git_repo, log_dir):
+    (git_repo / ".git" / "index").write_bytes(b"not an index")
+    state = git_state(git_repo, log_dir=log_dir)
+    assert state.dirty is True and state.dirty_files[0].startswith("(git status failed:")
+
+
 def test_git_untracked_source_is_dirty_but_build_dir_is_not(git_repo, log_dir):
     build = git_repo / "build"
     (build / "bin").mkdir(parents=True)
