@@ -291,3 +291,28 @@ def d2_like(*, timeout: int = 120, runs: int | None = None, sanitizer: bool = Tr
 
 def read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
+
+
+class Printed:
+    """What one server printed (on stderr, as llama-server logs) and a clean exit: a finished
+    process as the observer reads it, for judging recorded server output."""
+
+    def __init__(self, stderr: str):
+        self.stderr, self.returncode, self.signal = stderr, 0, None
+        self.timed_out = self.interrupted = False
+        self.ok = True
+
+    def stdout_text(self) -> str:
+        return ""
+
+    def stderr_text(self) -> str:
+        return self.stderr
+
+    def combined_text(self) -> str:
+        return self.stderr
+
+    def describe(self) -> str:
+        return "exit 0"
+
+    def to_dict(self) -> dict:
+        return {"returncode": 0}

@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from engine_helpers import FIXTURES
+from engine_helpers import FIXTURES, Printed
 from kvdiag.engine.judge import Gate, judge_attempt
 from kvdiag.engine.observe import ArmReading, observe
 from kvdiag.engine.verdict import Verdict
@@ -49,30 +49,6 @@ def test_on_b9084_verify_places_d2_where_the_sanitizer_printed_it(tmp_path):
     run = _text("call1-old-run-D2.log")
     assert "D2 CONFIRMED" in run and "barrier-divergence at fattn-\n  mma-f16.cuh:1400" in run
     assert "warning: the detector printed" not in run
-
-
-class Printed:
-    """One recorded server's output, as the observer reads a finished process."""
-
-    def __init__(self, text: str):
-        self.text, self.returncode, self.signal = text, 0, None
-        self.timed_out = self.interrupted = False
-        self.ok = True
-
-    def stdout_text(self) -> str:
-        return ""
-
-    def stderr_text(self) -> str:
-        return self.text
-
-    def combined_text(self) -> str:
-        return self.text
-
-    def describe(self) -> str:
-        return "exit 0"
-
-    def to_dict(self) -> dict:
-        return {"returncode": 0}
 
 
 def test_d5s_two_recorded_h200_servers_confirm_by_their_ratio():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_helpers import FIXTURES
+from engine_helpers import FIXTURES, Printed
 from kvdiag.engine.judge import Gate, judge_attempt
 from kvdiag.engine.observe import ArmReading, observe
 from kvdiag.engine.relative import figures, pick
@@ -22,30 +22,6 @@ BUFFERS = FIXTURES / "d5-compute-buffers"
 Q8_0_LOG = FIXTURES / "cpu-fork-775450a68-mtp" / "server-mtp-1.combined.log"
 ENABLED = "llama_init_from_model: enabling structured KVarN cache type kvarn_k5v5_g128\n"
 ALLOWED = Gate(True, "no sanitizer involved (test gate)")
-
-
-class Printed:
-    """What one server printed (on stderr, as llama-server logs) and a clean exit."""
-
-    def __init__(self, stderr: str):
-        self.stderr, self.returncode, self.signal = stderr, 0, None
-        self.timed_out = self.interrupted = False
-        self.ok = True
-
-    def stdout_text(self) -> str:
-        return ""
-
-    def stderr_text(self) -> str:
-        return self.stderr
-
-    def combined_text(self) -> str:
-        return self.stderr
-
-    def describe(self) -> str:
-        return "exit 0"
-
-    def to_dict(self) -> dict:
-        return {"returncode": 0}
 
 
 @pytest.fixture(scope="module")
