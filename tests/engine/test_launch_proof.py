@@ -4,7 +4,7 @@ Device output: one batch of D2's scan on an H200 (ggml d99724f2, tests/fixtures/
 h200x2-ggml-session3/batch-on-a-terminal.stdout.log.gz): 9 cases, 3 affected, 6 clean, run by
 the build's own test-backend-ops, so no launch lines. Symbol listings: `cuobjdump -symbols`
 (with c++filt) and `nm -C` of a stand-in library built here with nvcc 13 from
-tests/fixtures/symbols/fattn-standin.cu, with and without the <256, 256, 4, 4> kernel
+tests/fixtures/symbols/standin-fattn-kernels.cu, with and without the <256, 256, 4, 4> kernel
 (tests/fixtures/symbols/README.md). Launch lines are the launch probe's format, with names
 as the C++ demangler prints them (the c++filt fixture is that demangler's real output).
 """
