@@ -156,10 +156,17 @@ def test_without_params_the_scan_walks_the_radius_of_the_tree_at_hand(d2):
     from kvdiag.engine.scan_session import scan_space
 
     at = lambda commit: _Target(build=SimpleNamespace(git=SimpleNamespace(commit=commit)))   # noqa: E731
-    op, params, source = scan_space(d2, at("749f688fcaa4c472ec034b08cb8a907c45cfaa02"), None, None)
-    assert op == "FLASH_ATTN_EXT" and params.count("(?:^hsk=256") == 4 and source.startswith("the measured radius (")
+    def regexes(*commits):
+        return [r for t in d2.radius if str(t["commit"]).startswith(commits) for r in t["params"]]
+
+    upstream, fork = "749f688fcaa4c472ec034b08cb8a907c45cfaa02", "775450a688437e8e9d32bb77ae466f7acb5d3577"
+    op, params, source = scan_space(d2, at(upstream), None, None)
+    assert op == "FLASH_ATTN_EXT" and source.startswith("the measured radius (")
+    assert all(r in params for r in regexes(upstream)) and not any(r in params for r in regexes(fork)
+                                                                     if r not in regexes(upstream))
+    assert "hsk=576" in params                     # the whole-op radius measured on upstream (H200, session 5)
     _, both, source = scan_space(d2, at("da09cae5a50f"), None, None)      # a tree no radius was measured on
-    assert both.count("(?:^hsk=256") == 6 and "BeeLlama fork" in source
+    assert all(r in both for r in regexes(upstream, fork)) and "BeeLlama fork" in source
     assert scan_space(d2, at(None), None, "hsk") == ("FLASH_ATTN_EXT", "hsk", "--params")
     bare = dataclasses.replace(d2, radius=())
     assert scan_space(bare, at(None), None, None) == ("FLASH_ATTN_EXT", "hsk=256", "the entry's [scan]")
