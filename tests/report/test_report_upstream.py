@@ -149,8 +149,8 @@ def test_a_run_of_the_launch_probes_program_reports_the_builds_own_command_and_t
     from kvdiag.report.upstream import radius_sentences
 
     sentence = radius_sentences(d2)[0]
-    assert sentence.startswith("Measured blast radius (upstream llama.cpp (hsk=256 only; recorded scan of 2026-12-02) "
-                               "at 749f688fcaa4, 2026-12-02, kvdiag 0.1.1): 60 of 132 FLASH_ATTN_EXT cases /hsk=256/ "
-                               "are affected, in 7 kernel instantiation(s): flash_attn_ext_f16_process_tile<256, 256, "
-                               "32, 1, 4")
+    assert sentence.startswith("Measured blast radius (upstream llama.cpp 749f688fc (whole FLASH_ATTN_EXT hsk space, "
+                               "H200) at 749f688fcaa4, 2026-12-02, kvdiag 0.1.1): 1330 of 2932 FLASH_ATTN_EXT cases "
+                               "/hsk/ are affected, in 37 kernel instantiation(s): flash_attn_ext_f16<64, 64, 8, 1, "
+                               "false, false>")
     assert md_text(sentence) in text
