@@ -92,7 +92,7 @@ def refusal(run_id: str, data: Mapping[str, Any], entry: Entry, now: Mapping[str
     except (KeyError, TypeError, ValueError) as exc:
         outcome, unreadable = None, str(exc)
     if status != "finished" or (outcome is not None and outcome.extra.get("interrupted")):
-        done = f", {outcome.n} of {planned} runs recorded" if outcome is not None and planned else ""
+        done = f", in run {outcome.n} of {planned}" if outcome is not None and outcome.n and planned else ""
         return f"{name} did not finish (status {'interrupted' if status == 'finished' else status}{done})"
     if outcome is None:
         return f"{name} has no outcome kvdiag can read ({unreadable})"

@@ -80,6 +80,8 @@ class Project:
         self.registry = registry
         self.source = new_project(tmp_path / "src", kernel="divergent", server=True)
         self.build = self.make_build(tmp_path / "user-build")
+        self.library = self.build / "bin" / "libggml-cuda.so"     # where llama.cpp puts its shared libraries
+        self.library.write_bytes(b"\x7fELF a stand-in library")
         self.model = tmp_path / "models" / "seed-27b.gguf"
         self.model.parent.mkdir()
         self.model.write_bytes(b"GGUF" + bytes(60))
@@ -118,6 +120,7 @@ class Project:
         path.write_text(text.replace(old, new))
 
     def edit_run(self, run_id: str, change) -> None:
+        """Rewrite a recorded run.json (as a run recorded by an older kvdiag would read)."""
         run = self.store.find(run_id)
         data = run.read()
         change(data)
@@ -154,7 +157,10 @@ def test_a_server_entry_is_verified_end_to_end_with_both_arms_run(p: Project, ca
         assert run["verify_arm"] == {"arm": side, "verify_run": Path(report["session_dir"]).name,
                                      "probes": ["fix-uniform"]}
         assert run["arm"]["inputs"]["LLAMA_KV_MODEL"]["file"]["size"] == 64
-        assert run["arm"]["runs"] == 4 and list(run["arm"]["build"]["files"]) == ["bin/llama-server"]
+        assert run["arm"]["runs"] == 4
+    files = json.loads((Path(report["before"]["run_dir"]) / "run.json").read_text())["arm"]["build"]["files"]
+    assert sorted(files) == ["bin/libggml-cuda.so", "bin/llama-server"]
+    assert files["bin/libggml-cuda.so"]["size"] == 23
     assert worktrees(p.source) == [str(p.source)]
 
 
@@ -255,6 +261,10 @@ def _rebuild(p: Project, mp) -> None:
         os.utime(server, ns=(stamp, stamp + 1_000_000_000))
 
 
+def _relink(p: Project, mp) -> None:
+    p.library.write_bytes(b"\x7fELF another stand-in library")
+
+
 def _argv(p: Project, mp) -> None:
     p.edit_registry('"-fa", "on"', '"-fa", "off"')
 
@@ -271,6 +281,7 @@ MISMATCHES = [
     ("model rewritten", _rewrite_model, (), "the file $LLAMA_KV_MODEL names changed ({model}: 64 bytes, modified "),
     ("another model", _move_model, (), "$LLAMA_KV_MODEL differs ({model} then, "),
     ("rebuilt", _rebuild, (), "the build's files differ (rebuilt since?): bin/llama-server ("),
+    ("library rebuilt", _relink, (), "the build's files differ (rebuilt since?): bin/libggml-cuda.so (23 bytes, "),
     ("argv template", _argv, (), "the repro step's argv differs in the registry"),
     ("signature", _signature, (), "the entry's signature differs in the registry"),
     ("expect", _expect, (), "the repro step's expect differs in the registry"),
@@ -296,17 +307,35 @@ def test_a_run_on_another_build_is_refused(p: Project, capsys, tmp_path: Path):
     assert err.endswith(f"the build differs ({p.build} then, {other} now)")
 
 
-def test_an_interrupted_run_is_refused(p: Project, capsys):
-    seed = p.record("--runs", "2")
+def test_an_interrupted_run_is_refused(p: Project, capsys, monkeypatch):
+    from kvdiag.engine import execute
 
-    def interrupted(data):
-        data["status"] = "interrupted"
-        data["outcome"]["attempts"] = data["outcome"]["attempts"][:1]
-        data["outcome"]["extra"] = {"interrupted": True}
-    p.edit_run(seed, interrupted)
+    real, calls = execute.attempt_step, []
+
+    def second_is_interrupted(*args, **kwargs):        # Ctrl-C during the second server run
+        calls.append(1)
+        attempt = real(*args, **kwargs)
+        if len(calls) == 2:
+            raise execute._Interrupted(attempt)
+        return attempt
+
+    monkeypatch.setattr(execute, "attempt_step", second_is_interrupted)
+    seed = p.record("--runs", "3")
+    monkeypatch.setattr(execute, "attempt_step", real)
+    assert p.store.find(seed).read()["status"] == "interrupted"
     err = refused(p, capsys, "--build", str(p.build), "--before", "latest")
-    assert err == f"kvdiag: cannot reuse the BEFORE arm: run {seed} did not finish (status interrupted, 1 of 2 runs " \
-                  "recorded)"
+    assert err == f"kvdiag: cannot reuse the BEFORE arm: run {seed} did not finish (status interrupted, in run 2 of 3)"
+
+
+def test_a_run_whose_kvdiag_was_killed_is_refused(p: Project, capsys):
+    seed = p.record("--runs", "1")
+
+    def killed(data):                  # what a SIGKILLed kvdiag leaves: "running", its process gone, no outcome
+        data.update(status="running", process={"pid": 2 ** 22 + 1, "boot_id": None, "start_ticks": 1})
+        data.pop("outcome")
+    p.edit_run(seed, killed)
+    err = refused(p, capsys, "--build", str(p.build), "--before", "latest")
+    assert err == f"kvdiag: cannot reuse the BEFORE arm: run {seed} did not finish (status abandoned)"
 
 
 def test_a_run_that_made_fewer_runs_than_it_set_out_to_is_refused(p: Project, capsys, monkeypatch):
