@@ -239,7 +239,9 @@ def conclude(before: Side, after: Side) -> tuple[Conclusion, str]:
     rates = compare_rates(before.outcome.rate, after.outcome.rate)
     if rates is not None and not rates.differ:
         return Conclusion.INCONCLUSIVE, (f"the signature did not match after the fix, but the runs cannot tell the "
-                                         f"two rates apart ({rates.text}): more runs (--runs N) can")
+                                         f"two rates apart ({rates.before.k}/{rates.before.n} before, "
+                                         f"{rates.after.k}/{rates.after.n} after; Fisher's exact test p = {rates.p_value:.3g}): more runs (--runs N) "
+                                         f"can")
     if not after.numeric:
         return Conclusion.INCONCLUSIVE, ("the signature is gone, but results were not checked: the entry has no "
                                          "numeric step (give --numeric-params)" if after.numeric_possible else

@@ -14,25 +14,15 @@ from typing import Any, Callable, Mapping
 from kvdiag.records.rates import Rate
 from kvdiag.registry.entry import Entry
 from kvdiag.report.formats.markdown import md_code, md_text
-from kvdiag.store.runs import RunStore, id_label
+from kvdiag.store.runs import RunStore
 
 __all__ = ["latest_verification", "verification_markdown"]
 
 
 def latest_verification(store: RunStore, entry_id: str) -> tuple[str, Mapping[str, Any]] | None:
     """(run id, the ``verify`` record) of the entry's newest finished verification; None when there is none."""
-    label = f"{entry_id}-verify".upper()
-    for run in reversed(store.all_dirs()):
-        if id_label(run.run_id).upper() != label:
-            continue
-        try:
-            data = run.read()
-        except (OSError, ValueError):
-            continue
-        record = data.get("verify") if isinstance(data, dict) else None
-        if data.get("status") == "finished" and isinstance(record, dict):
-            return run.run_id, record
-    return None
+    found = list(store.finished_records(f"{entry_id}-verify", "verify"))
+    return found[-1] if found else None
 
 
 def verification_markdown(entry: Entry, store: RunStore | None, when: Callable[[str], str] = lambda r: r) -> str:

@@ -277,6 +277,20 @@ class RunStore:
             raise UsageError(f"no run {run_id!r} under {self.root}")
         raise UsageError(f"run id {run_id!r} is ambiguous: {', '.join(h.run_id for h in hits[:5])}")
 
+    def finished_records(self, label: str, key: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(run id, run.json's ``key``) of each finished run labelled ``label`` (`ID-bisect`, `ID-verify`)
+        whose ``key`` holds a mapping, oldest first; a run.json that cannot be read is passed over."""
+        for run in self.all_dirs():
+            if run.label.upper() != label.upper():
+                continue
+            try:
+                data = run.read()
+            except (OSError, ValueError):
+                continue
+            record = data.get(key) if isinstance(data, dict) else None
+            if data.get("status") == "finished" and isinstance(record, dict):
+                yield run.run_id, record
+
     def latest_for(self, entry_id: str, skipped: list[str] | None = None) -> RunDir | None:
         """The entry's newest finished run of a build of the user's. A newer run that is unreadable
         raises RunUnreadable; newer runs that did not finish are named in ``skipped`` (so the caller
