@@ -10,8 +10,8 @@ a recorded run (``--before RUN``), but only one that is the run verify would mak
   signature that judged it;
 * the same build: its folder, its commit, and the stamps (kvdiag.target.stamps) of the
   step's programs and of every shared library beside them;
-* the same inputs: each environment variable the step reads (``$LLAMA_KV_MODEL``), with
-  the stamp of the file it names;
+* the same inputs: each environment variable the step reads (``$LLAMA_KV_MODEL``) names
+  the same file, by its stamp (or has the same value, when it names no file);
 * the same kind of machine: the GPUs (name, compute capability) and the driver.
 
 `arm_record` is written into run.json (``arm``) when a run starts; `arm_differences`
@@ -153,13 +153,27 @@ def _build_differences(recorded: Mapping[str, Any] | None, now: Mapping[str, Any
 def _input_differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     out = []
     for name in sorted(set(recorded) | set(now)):
-        a, b = recorded.get(name) or {"value": None}, now.get(name) or {"value": None}
-        if a.get("value") != b.get("value"):
-            out.append(f"${name} differs ({a.get('value') or 'unset'} then, {b.get('value') or 'unset'} now)")
-        elif a.get("file") != b.get("file"):
-            out.append(f"the file ${name} names changed ({a.get('value')}: {describe_stamp(a.get('file'))} then, "
-                       f"{describe_stamp(b.get('file'))} now)")
+        why = _input_difference(name, recorded.get(name) or {"value": None}, now.get(name) or {"value": None})
+        if why:
+            out.append(why)
     return out
+
+
+def _input_difference(name: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """A variable naming a file is judged by the file (the same file spelled another way is the same
+    input), any other by its value."""
+    fa, fb = a.get("file"), b.get("file")
+    if fa and fb:
+        if fa.get("path") != fb.get("path"):
+            return f"${name} names another file ({fa.get('path')} then, {fb.get('path')} now)"
+        if fa == fb:
+            return None
+    elif a.get("value") != b.get("value"):
+        return f"${name} differs ({a.get('value') or 'unset'} then, {b.get('value') or 'unset'} now)"
+    elif fa == fb:
+        return None
+    return (f"the file ${name} names changed ({a.get('value')}: {describe_stamp(fa)} then, "
+            f"{describe_stamp(fb)} now)")
 
 
 def _vars(overrides: Any) -> str:

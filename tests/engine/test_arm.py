@@ -43,6 +43,19 @@ def test_each_part_of_an_arm_is_named_when_it_differs():
     assert arm_differences(ARM, changed(inputs={})) == ["$LLAMA_KV_MODEL differs (/m.gguf then, unset now)"]
 
 
+def test_a_file_named_by_an_environment_variable_is_judged_by_the_file():
+    recorded = ARM["inputs"]["LLAMA_KV_MODEL"]
+    respelled = {"LLAMA_KV_MODEL": {**recorded, "value": "./m.gguf"}}
+    assert arm_differences(ARM, changed(inputs=respelled)) == []
+    gone = {"LLAMA_KV_MODEL": {"value": "/m.gguf"}}
+    assert arm_differences(ARM, changed(inputs=gone)) == [
+        "the file $LLAMA_KV_MODEL names changed (/m.gguf: 5 bytes, modified 1970-01-01 00:00:00.000 UTC then, "
+        "absent now)"]
+    moved = {"LLAMA_KV_MODEL": {"value": "/n.gguf", "file": {**recorded["file"], "path": "/n.gguf"}}}
+    assert arm_differences(ARM, changed(inputs=moved)) == [
+        "$LLAMA_KV_MODEL names another file (/m.gguf then, /n.gguf now)"]
+
+
 def test_the_inputs_are_the_env_the_templates_read():
     step = Step(name="s", kind="server", description="d", timeout=1,
                 argv=("{{ bin['llama-server'] }}", "-m", "{{ model }}", "--draft", "{{ env['DRAFT_MODEL'] }}"),

@@ -279,7 +279,7 @@ def _expect(p: Project, mp) -> None:
 
 MISMATCHES = [
     ("model rewritten", _rewrite_model, (), "the file $LLAMA_KV_MODEL names changed ({model}: 64 bytes, modified "),
-    ("another model", _move_model, (), "$LLAMA_KV_MODEL differs ({model} then, "),
+    ("another model", _move_model, (), "$LLAMA_KV_MODEL names another file ({model} then, "),
     ("rebuilt", _rebuild, (), "the build's files differ (rebuilt since?): bin/llama-server ("),
     ("library rebuilt", _relink, (), "the build's files differ (rebuilt since?): bin/libggml-cuda.so (23 bytes, "),
     ("argv template", _argv, (), "the repro step's argv differs in the registry"),
@@ -375,3 +375,38 @@ def test_before_needs_a_build_and_a_run_that_is_there(p: Project, capsys):
         "to reuse as the BEFORE arm: run `kvdiag run D91 --build BUILD` first, or leave out --before")
     err = refused(p, capsys, "--build", str(p.build), "--before", "20990101-nope")
     assert err.startswith("kvdiag: no run '20990101-nope' under ")
+
+
+def test_the_real_d3_records_its_arm_and_a_run_that_ran_nothing_is_not_reused(tmp_path: Path, env: Path, capsys,
+                                                                                monkeypatch):
+    """D3 as the registry has it: a build whose llama-server offers no draft-mtp (and, on this machine,
+    perhaps no GPU) ends before any server starts; the run still records D3's arm, and verify refuses
+    to stand a run of 0 of 10 servers in for its BEFORE arm."""
+    import sys
+
+    from kvdiag import resources
+
+    build = tmp_path / "fork-build"
+    (build / "bin").mkdir(parents=True)
+    server = build / "bin" / "llama-server"
+    server.write_text(f"#!{sys.executable}\nprint('--spec-type none,draft-simple')\n")
+    server.chmod(0o755)
+    model = tmp_path / "seed-27b.gguf"
+    model.write_bytes(b"GGUF" + bytes(28))
+    monkeypatch.setenv("LLAMA_KV_MODEL", str(model))
+    registry = str(resources.registry_dir())
+    run_cli(["--registry", registry, "run", "D3", "--build", str(build), "--quiet"])
+    store = RunStore(Path(os.environ["KVDIAG_HOME"]))
+    (seed,) = [r for r in store.all_dirs() if r.label == "D3"]
+    arm = seed.read()["arm"]
+    assert (arm["entry"], arm["step"], arm["runs"]) == ("D3", "server-mtp", 10)
+    assert arm["repro"]["step"]["argv"][:4] == ["{{ bin['llama-server'] }}", "-m", "{{ env.LLAMA_KV_MODEL }}", "-ngl"]
+    assert arm["inputs"]["LLAMA_KV_MODEL"]["file"]["size"] == 32
+    assert list(arm["build"]["files"]) == ["bin/llama-server"]
+    capsys.readouterr()
+    code = run_cli(["--registry", registry, "verify", "D3", "--source", str(tmp_path / "fork"), "--build", str(build),
+                    "--probe", "D2-fix-uniform-barrier", "--before", "latest", "--quiet",
+                    "--configure-cmd", "cmake -S {source} -B {build}", "--build-cmd", "cmake --build {build}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 64 and len(err.splitlines()) == 1
+    assert err.startswith(f"kvdiag: cannot reuse the BEFORE arm: run {seed.run_id} ran 0 of its 10 runs (")
