@@ -124,6 +124,14 @@ class WorktreeError(UsageError):
     """A worktree could not be made or used as asked (bad source, bad commit, path in use)."""
 
 
+class ArmMismatch(UsageError):
+    """A recorded run asked to stand in for `kvdiag verify`'s BEFORE arm (``--before RUN``) is not the
+    run verify would make: another entry, build, model, repro, or a run that did not finish. The
+    message names what differs; nothing was built or run."""
+
+    prefix = "cannot reuse the BEFORE arm: "
+
+
 # --------------------------------------------------------------------------- inputs, outputs, the machine
 
 

@@ -28,7 +28,8 @@ EXIT_CODE_TABLE = [
     (ExitCode.NOT_APPLICABLE, "not-applicable"),
     (ExitCode.SKIPPED, "skipped: a requirement is missing"),
     (ExitCode.INCONCLUSIVE, "inconclusive: another failure, a timeout, or a detector control not passed"),
-    (ExitCode.USAGE, "usage error (bad option, unknown id, unusable path or KVDIAG_HOME)"),
+    (ExitCode.USAGE, "usage error (bad option, unknown id, unusable path or KVDIAG_HOME, a recorded run that "
+                     "cannot be reused as asked)"),
     (ExitCode.DATA, "malformed registry entry or input file (sweep, run.json, GGUF, log, history)"),
     (ExitCode.HARNESS, "kvdiag itself failed, or the disk is full (the run directory keeps what it could)"),
     (ExitCode.HANGUP, "ended by SIGHUP (the run is recorded `interrupted`, every descendant ended)"),

@@ -99,11 +99,14 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], list[tuple[int, str]]]] = {
                     [(0, "the old term: not reproduced (cause) or confirmed (--direction fix)"),
                      (1, "the new term: confirmed (cause) or not reproduced (fix)"),
                      (125, "skip: the commit did not build or the verdict was neither")]),
-    "verify": (("kvdiag verify D2 --source ~/ggml --probe D2-fix-uniform-barrier --build ~/ggml/build",),
+    "verify": (("kvdiag verify D2 --source ~/ggml --probe D2-fix-uniform-barrier --build ~/ggml/build",
+                "kvdiag verify D3 --source ~/fork --probe D2-fix-uniform-barrier --build ~/fork/build --before latest"),
                [(0, "fix verified: confirmed before, not reproduced after, numeric test passed"),
                 (1, "not verified: still reproduces, or the fix breaks results"),
-                (4, "inconclusive (including a patched tree that does not build)"),
-                (64, "usage error (a probe that does not apply)"), HARNESS, INTERRUPTED]),
+                (4, "inconclusive (including a patched tree that does not build, and a flaky entry whose "
+                    "two rates the runs cannot tell apart)"),
+                (64, "usage error (a probe that does not apply; a --before run that is not the same arm, "
+                     "naming what differs)"), HARNESS, INTERRUPTED]),
     "probe": (("kvdiag probe list",), [(0, "success"), (1, "a probe does not apply"), USAGE, HARNESS]),
     "probe list": (("kvdiag probe list --format json",),
                    [(0, "listed"), (65, "listed, but a probe file is malformed"), HARNESS]),

@@ -248,6 +248,14 @@ def _inspect(build_dir: Path | None):
 @click.option("-j", "--jobs", type=Count(1, 1024), help="Build jobs (default: the CPU count).")
 @click.option("--numeric-params", help="Also run the numeric test over this case regex (e.g. hsk=256).")
 @click.option("--step", help="The repro step (default: the entry's default).")
+@click.option("--runs", type=Count(1, 1000),
+              help="Runs of each arm (flaky defects; default: the step's). With --before, of the AFTER arm "
+                   "alone (default: as many as the reused run made).")
+@click.option("--before", "before_run", metavar="RUN_ID|latest",
+              help="Reuse this recorded run of the entry (`kvdiag run`) as the BEFORE arm instead of running it "
+                   "again; 'latest' is the entry's newest run. Refused, naming what differs, unless it is the same "
+                   "arm: same build and its files, model file, step, argv template, signature, all its runs "
+                   "finished. Needs --build.")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--build-timeout", type=Seconds(10**6), help="Seconds a build may take (default 4 h).")
 @_probes_option
@@ -255,11 +263,12 @@ def _inspect(build_dir: Path | None):
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.pass_obj
 def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, build_cmd, commit, keep, jobs,
-               numeric_params, step, sanitizer, build_timeout, probes_dir, fmt, quiet) -> int:
+               numeric_params, step, runs, before_run, sanitizer, build_timeout, probes_dir, fmt, quiet) -> int:
     """Verify a fix: the repro before and after the probe stack, and the numeric test.
 
     Verified means confirmed before the probes, not reproduced after them, and
-    the numeric test still passing on the patched build.
+    the numeric test still passing on the patched build; for an entry run several
+    times, also that Fisher's exact test tells the two rates apart.
     """
     from kvdiag.commands.progress import progress_display
     from kvdiag.engine.scratch_build import BuildFailed
@@ -274,8 +283,11 @@ def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, bui
         raise UsageError(f"build folder does not exist: {build_dir}")
     reference = _inspect(build_dir)
     recipe = _recipe(entry, configure_cmd, build_cmd, reference, jobs, build_timeout)
+    if before_run is not None and build_dir is None:
+        raise UsageError("--before needs --build: a recorded run is reused only against the build it ran on")
     request = VerifyRequest(entry=entry, source=source, stack=stack, recipe=recipe, build_dir=build_dir,
-                            commit=commit, keep=keep, numeric_params=numeric_params, sanitizer=sanitizer, step=step)
+                            commit=commit, keep=keep, numeric_params=numeric_params, sanitizer=sanitizer, step=step,
+                            runs=runs, before_run=before_run)
     try:
         with progress_display(quiet or fmt != "text") as progress:
             report = verify_fix(request, home=kvdiag_home(), progress=progress)

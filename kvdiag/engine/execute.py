@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 
 from kvdiag import __version__
 from kvdiag.engine.applicability import judge_applicability
+from kvdiag.engine.arm import arm_record
 from kvdiag.engine.budget import compiles, step_budget
 from kvdiag.engine.comparison import ComparisonArm, describe_comparison
 from kvdiag.engine.devices import describe, device_key, visible_value
@@ -68,6 +69,7 @@ class RunOptions:
     comparison: Callable[[], Any] | None = None
     scan_case: bool = False                   # one case of `kvdiag scan`: sanitized cases run GPU-only (the
                                               # launch probe's launch mode) and the launch gate judges per case
+    record: Mapping[str, Any] = field(default_factory=dict)   # more run.json keys (verify names its arm)
 
 
 def no_sanitizer_gate(tool: str | None) -> Gate:
@@ -96,9 +98,11 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     """One verdict for one entry; raises RunInterrupted (after recording) on Ctrl-C."""
     step = pick_step(entry, options.step)
     started = time.monotonic()
+    n = options.runs or step.runs
     header = RunRecord(entry=entry.id, status="running", fields={
         "kvdiag_version": __version__, "step": step.name, "target": target.to_dict(),
-        "overrides": dict(options.overrides)})
+        "overrides": dict(options.overrides), **options.record,
+        "arm": arm_record(entry, step, target, runs=n, overrides=options.overrides)})
     run_dir.write_record(header)
     presence = target.range_evidence(entry)
     judgement = judge_applicability(entry, step, target.facts())
@@ -111,7 +115,6 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         _finish(run_dir, header, early)
         return early
     attempts: list[Attempt] = []
-    n = options.runs or step.runs
     arm = _comparison_arm(entry, step, target, run_dir, options, gate_provider)
     if arm is not None:
         options = replace(options, comparison=arm.read)

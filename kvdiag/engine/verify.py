@@ -19,6 +19,12 @@
    executed after the fix;
 7. ``git status --porcelain`` of SRC is compared before and after: the user's
    tree is never touched, and the report says so.
+
+``--before RUN`` stands a recorded run of the entry in for step 4's BEFORE repro
+(kvdiag.engine.reuse says when that is honest); it is checked before anything is
+built, and the AFTER arm then runs as many times as it did unless ``--runs`` says.
+For an entry run several times (D3) both arms' k/N are compared with Fisher's exact
+test, and a fix is not called verified when the two rates cannot be told apart.
 """
 
 from __future__ import annotations
@@ -30,12 +36,15 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
-from kvdiag.engine.execute import RunInterrupted, RunOptions, run_entry
+from kvdiag.engine.arm import arm_record
+from kvdiag.engine.execute import RunInterrupted, RunOptions, pick_step, run_entry
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.numeric import NUMERIC_STEP, NumericResult, numeric_step, run_numeric
 from kvdiag.engine.scratch_build import BuildRecipe, BuildTimes, build_tree
-from kvdiag.engine.target import prepare_target
+from kvdiag.engine.reuse import LATEST, ReusedRun, reuse_before
+from kvdiag.engine.target import Target, prepare_target
 from kvdiag.engine.verdict import Outcome, Verdict
+from kvdiag.errors import UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.probes.patch import Probe, ProbeError
 from kvdiag.probes.worktree import (
@@ -50,7 +59,7 @@ from kvdiag.progress import Progress
 from kvdiag.records.rates import Rate, fisher_exact_two_sided
 from kvdiag.records.run import RunRecord, target_record
 from kvdiag.registry.entry import Entry
-from kvdiag.store.runs import RunStore
+from kvdiag.store.runs import RunDir, RunStore
 
 
 
@@ -81,6 +90,8 @@ class Side:
     run_dir: Path | None = None
     configure_s: float | None = None
     build_s: float | None = None
+    reused: ReusedRun | None = None       # the recorded run that stands in for this arm (--before)
+    numeric_possible: bool = True         # the entry has a step the numeric test can run
 
     @property
     def verdict(self) -> Verdict:
@@ -115,7 +126,8 @@ class Side:
                 "numeric": [n.to_dict() for n in self.numeric], "numeric_ok": self.numeric_ok,
                 "run_dir": str(self.run_dir) if self.run_dir else None,
                 "configure_s": _round(self.configure_s), "build_s": _round(self.build_s),
-                "run_s": _round(self.outcome.duration_s), "outcome": self.outcome.to_dict()}
+                "run_s": _round(self.outcome.duration_s), "k": self.outcome.k, "n": self.outcome.n,
+                "reused": self.reused.to_dict() if self.reused else None, "outcome": self.outcome.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -224,9 +236,17 @@ def conclude(before: Side, after: Side) -> tuple[Conclusion, str]:
         return Conclusion.BREAKS_RESULTS, what
     if a is not Verdict.NOT_REPRODUCED:
         return Conclusion.INCONCLUSIVE, f"the run after the fix was {a.value}: {after.outcome.reason}"
+    rates = compare_rates(before.outcome.rate, after.outcome.rate)
+    if rates is not None and not rates.differ:
+        return Conclusion.INCONCLUSIVE, (f"the signature did not match after the fix, but the runs cannot tell the "
+                                         f"two rates apart ({rates.before.k}/{rates.before.n} before, "
+                                         f"{rates.after.k}/{rates.after.n} after; Fisher's exact test p = {rates.p_value:.3g}): more runs (--runs N) "
+                                         f"can")
     if not after.numeric:
         return Conclusion.INCONCLUSIVE, ("the signature is gone, but results were not checked: the entry has no "
-                                         "numeric step (give --numeric-params)")
+                                         "numeric step (give --numeric-params)" if after.numeric_possible else
+                                         "the signature is gone, but results were not checked: the entry has no "
+                                         "test-backend-ops step to check them with")
     not_run = [n for n in after.numeric if not n.ran]
     if not_run:
         return Conclusion.INCONCLUSIVE, f"the signature is gone, but the numeric test did not run: {not_run[0].problem}"
@@ -248,29 +268,50 @@ class VerifyRequest:
     numeric_params: str | None = None
     sanitizer: Path | None = None
     step: str | None = None
+    runs: int | None = None             # runs of each arm (of AFTER alone when BEFORE is reused)
+    before_run: str | None = None       # a recorded run (id, prefix or "latest") that is the BEFORE arm
+
+
+@dataclass
+class _Verification:
+    """What the parts of one verification share."""
+
+    request: VerifyRequest
+    store: RunStore
+    home: Path
+    logs: Path
+    progress: Progress
+    session_id: str
+    warnings: list[str]
+    reused: ReusedRun | None = None
+    before_target: Target | None = None     # the user's build, inspected to check the reused run against it
 
 
 def verify_fix(request: VerifyRequest, *, home: Path, progress: Progress | None = None) -> VerifyReport:
     """Run the whole verification; the scratch worktrees and builds are removed unless ``keep``.
 
-    Raises ProbeError (a probe does not apply), BuildFailed, UsageError; Ctrl-C is a KeyboardInterrupt
+    Raises ProbeError (a probe does not apply), BuildFailed, UsageError, ArmMismatch (``before_run``
+    is not the arm verify would run, raised before anything is built); Ctrl-C is a KeyboardInterrupt
     after the worktrees were removed.
     """
     progress = progress or Progress()
     entry = request.entry
     store = RunStore(home)
+    reused, before_target = _check_reuse(request, store, home, progress) if request.before_run else (None, None)
     running = RunRecord(entry=f"{entry.id}-verify", status="running", kind="verify",
-                        fields={"probes": [p.name for p in request.stack], "source": str(request.source)})
+                        fields={"probes": [p.name for p in request.stack], "source": str(request.source),
+                                **({"before_run": reused.run_id} if reused else {})})
     session = store.create(f"{entry.id}-verify", running)
     logs = session.logs
     source = repo_toplevel(request.source, logs)
     commit = resolve_commit(source, request.commit, logs)
-    warnings = _stack_warnings(entry, request.stack)
+    v = _Verification(request, store, home, logs, progress, session.run_id, _stack_warnings(entry, request.stack),
+                      reused, before_target)
     status_before = porcelain_status(source, logs)
     scratch_root = Path(tempfile.mkdtemp(prefix=f"kvdiag-verify-{entry.id}-"))
     kept: list[Path] = []
     try:
-        before, after = _both_sides(request, source, commit, scratch_root, store, home, logs, progress, warnings)
+        before, after = _both_sides(v, source, commit, scratch_root)
         if request.keep:
             kept.append(scratch_root)
     except BaseException as exc:
@@ -285,33 +326,49 @@ def verify_fix(request: VerifyRequest, *, home: Path, progress: Progress | None 
     conclusion, explanation = conclude(before, after)
     report = VerifyReport(entry.id, tuple(p.name for p in request.stack), source, commit, before, after, conclusion,
                           explanation, status_before == status_after, status_before, status_after, tuple(kept),
-                          tuple(dict.fromkeys(warnings)), session.path,
+                          tuple(dict.fromkeys(v.warnings)), session.path,
                           headline(conclusion, sanitizer_signature=sanitizer_signature))
     session.write_record(running.with_status("finished", verify=report.to_dict()))
     return report
 
 
-def _both_sides(request: VerifyRequest, source: Path, commit: str, scratch_root: Path, store: RunStore,
-                home: Path, logs: Path, progress: Progress, warnings: list[str]) -> tuple[Side, Side]:
-    """Worktree + probes, scratch build, then BEFORE and AFTER (and a pristine build when no --build)."""
+def _check_reuse(request: VerifyRequest, store: RunStore, home: Path,
+                 progress: Progress) -> tuple[ReusedRun, Target]:
+    """The recorded run ``--before`` names, checked against the user's build as it is now: before a
+    worktree is made or a build started, so a refusal costs seconds, not a build."""
+    if request.build_dir is None:
+        raise UsageError("--before needs --build: a recorded run is reused only against the build it ran on")
     entry = request.entry
-    with scratch_worktree(source, commit, log_dir=logs, path=scratch_root / "src", keep=request.keep) as wt:
+    target = _inspect_target("before", request.build_dir, request, store, home, progress)
+    now = arm_record(entry, pick_step(entry, request.step), target, runs=0, overrides={})
+    reused = reuse_before(store, entry, request.before_run or LATEST, now)
+    progress.say(f"before: reusing run {reused.run_id}: {reused.outcome.verdict.value}, "
+                 f"{reused.outcome.k_of_n} runs")
+    return reused, target
+
+
+def _both_sides(v: _Verification, source: Path, commit: str, scratch_root: Path) -> tuple[Side, Side]:
+    """Worktree + probes, scratch build, then BEFORE and AFTER (and a pristine build when no --build)."""
+    request = v.request
+    with scratch_worktree(source, commit, log_dir=v.logs, path=scratch_root / "src", keep=request.keep) as wt:
         _apply_or_fail(wt, request.stack)
         after_build = scratch_root / "build"
-        after_times = build_tree(request.recipe, wt.path, after_build, log_dir=logs, label="after",
-                                 progress=progress)
+        after_times = build_tree(request.recipe, wt.path, after_build, log_dir=v.logs, label="after",
+                                 progress=v.progress)
         if request.build_dir is None:
             before_build = scratch_root / "build-before"
-            with scratch_worktree(source, commit, log_dir=logs, path=scratch_root / "src-before",
+            with scratch_worktree(source, commit, log_dir=v.logs, path=scratch_root / "src-before",
                                   keep=request.keep) as pristine:
-                before_times = build_tree(request.recipe, pristine.path, before_build, log_dir=logs,
-                                          label="before", progress=progress)
-                before = _side("before", entry, before_build, request, store, home, progress, before_times)
-            warnings.append("no --build given: BEFORE is a pristine scratch build of the same commit")
+                before_times = build_tree(request.recipe, pristine.path, before_build, log_dir=v.logs,
+                                          label="before", progress=v.progress)
+                before = _side(v, "before", before_build, before_times, runs=request.runs)
+            v.warnings.append("no --build given: BEFORE is a pristine scratch build of the same commit")
         else:
-            warnings.extend(_reference_warnings(request.recipe.reference, commit))
-            before = _side("before", entry, request.build_dir, request, store, home, progress, BuildTimes())
-        after = _side("after", entry, after_build, request, store, home, progress, after_times)
+            v.warnings.extend(_reference_warnings(request.recipe.reference, commit))
+            before = (_reused_side(v, request.build_dir) if v.reused is not None else
+                      _side(v, "before", request.build_dir, BuildTimes(), runs=request.runs))
+        after_runs = request.runs or (v.reused.runs if v.reused is not None else None)
+        after = _side(v, "after", after_build, after_times, runs=after_runs)
     return before, after
 
 
@@ -346,22 +403,56 @@ def _reference_warnings(build, commit: str) -> list[str]:
     return out
 
 
-def _side(label: str, entry: Entry, build_dir: Path, request: VerifyRequest, store: RunStore, home: Path,
-          progress: Progress, times: BuildTimes) -> Side:
-    """The entry's repro and the numeric test against one build, recorded in the run store."""
+def _inspect_target(label: str, build_dir: Path, request: VerifyRequest, store: RunStore, home: Path,
+                    progress: Progress) -> Target:
     setup = store.create(f"target-{label}", RunRecord(entry="target", status="running"))
     progress.say(f"{label}: inspecting {build_dir}")
     target = prepare_target(build_dir, log_dir=setup.logs, sanitizer=request.sanitizer,
                             check_staleness=label == "before", home=home)
     setup.write_record(target_record(target.to_dict()))
-    gate_provider = controls_gate_provider(home, target, setup.logs)
-    run_dir = store.create(entry.id)
-    options = RunOptions(step=request.step, progress=progress, overrides={})
+    return target
+
+
+def _side(v: _Verification, label: str, build_dir: Path, times: BuildTimes, *, runs: int | None) -> Side:
+    """The entry's repro and the numeric test against one build, recorded in the run store (the run
+    names its arm and this verification, so that `kvdiag report` never takes a patched arm for the
+    entry's run)."""
+    request, entry = v.request, v.request.entry
+    target = _inspect_target(label, build_dir, request, v.store, v.home, v.progress)
+    gate_provider = controls_gate_provider(v.home, target, v.logs)
+    run_dir = v.store.create(entry.id)
+    marker = {"verify_arm": {"arm": label, "verify_run": v.session_id, "probes": [p.name for p in request.stack]}}
+    options = RunOptions(step=request.step, runs=runs, progress=v.progress, overrides={}, record=marker)
     try:
         outcome = run_entry(entry, target, run_dir, options=options, gate_provider=gate_provider)
     except RunInterrupted:
         raise KeyboardInterrupt from None
-    progress.say(f"{label}: {outcome.verdict.value}: {outcome.reason}")
+    v.progress.say(f"{label}: {outcome.verdict.value}: {outcome.reason}")
+    numeric = _numeric(entry, request, target, run_dir)
+    run_dir.write("numeric.json", [n.to_dict() for n in numeric])
+    return Side(label, Path(build_dir), outcome, numeric, run_dir.path, times.configure_s, times.build_s,
+                numeric_possible=numeric_step(entry) is not None)
+
+
+def _reused_side(v: _Verification, build_dir: Path) -> Side:
+    """BEFORE from the recorded run; the numeric test (seconds, not a repro) still runs on the build now."""
+    request, entry, reused = v.request, v.request.entry, v.reused
+    assert reused is not None and v.before_target is not None
+    v.progress.say(f"before: {reused.outcome.verdict.value}: {reused.outcome.reason} (recorded in run "
+                   f"{reused.run_id}, not run again)")
+    numeric: tuple[NumericResult, ...] = ()
+    if numeric_step(entry) is not None and (entry.step(NUMERIC_STEP) is not None or request.numeric_params):
+        label = f"{entry.id}-numeric"
+        run_dir = v.store.create(label, RunRecord(entry=label, status="running", kind="numeric"))
+        numeric = _numeric(entry, request, v.before_target, run_dir)
+        run_dir.write_record(RunRecord(entry=label, status="finished", kind="numeric",
+                                       fields={"numeric": [n.to_dict() for n in numeric], "verify_run": v.session_id}))
+    return Side("before", Path(build_dir), reused.outcome, numeric, reused.run_dir, reused=reused,
+                numeric_possible=numeric_step(entry) is not None)
+
+
+def _numeric(entry: Entry, request: VerifyRequest, target: Target, run_dir: RunDir) -> tuple[NumericResult, ...]:
+    """The numeric test: the entry's ``numeric`` step, and its step over ``--numeric-params``."""
     numeric: list[NumericResult] = []
     step = numeric_step(entry)
     if step is not None:
@@ -369,8 +460,7 @@ def _side(label: str, entry: Entry, build_dir: Path, request: VerifyRequest, sto
             numeric.append(run_numeric(entry, step, target, run_dir))
         if request.numeric_params is not None:
             numeric.append(run_numeric(entry, step, target, run_dir, params=request.numeric_params))
-    run_dir.write("numeric.json", [n.to_dict() for n in numeric])
-    return Side(label, Path(build_dir), outcome, tuple(numeric), run_dir.path, times.configure_s, times.build_s)
+    return tuple(numeric)
 
 
 def _round(value: float | None) -> float | None:

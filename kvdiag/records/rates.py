@@ -36,6 +36,12 @@ class Rate:
         return f"{self.k}/{self.n} runs (95% Wilson interval {_pct(low)}–{_pct(high)})"
 
     @property
+    def short(self) -> str:
+        """k/n and the 95 % interval, for a table cell: ``0/10 (0%–28%)``."""
+        low, high = self.interval
+        return f"{self.k}/{self.n} ({_pct(low)}–{_pct(high)})"
+
+    @property
     def excludes(self) -> str:
         """What the runs rule out, in words ("a rate above 28%" for 0/10)."""
         low, high = self.interval

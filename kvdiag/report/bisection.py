@@ -20,7 +20,7 @@ from typing import Any
 from kvdiag.records.bisect import BisectRecord, Direction
 from kvdiag.registry.entry import Entry
 from kvdiag.report.formats.markdown import md_code, md_text
-from kvdiag.store.runs import RunStore, id_label
+from kvdiag.store.runs import RunStore
 
 __all__ = ["BisectionFinding", "bisection_markdown", "latest_bisections", "registry_commits"]
 
@@ -48,23 +48,13 @@ class BisectionFinding:
 
 def latest_bisections(store: RunStore, entry_id: str) -> list[BisectionFinding]:
     """The newest finished bisection of the entry in each direction (cause first), from run.json's ``bisect``."""
-    label = f"{entry_id}-bisect".upper()
     latest: dict[Direction, BisectionFinding] = {}
-    for run in store.all_dirs():
-        if id_label(run.run_id).upper() != label:
-            continue
-        try:
-            data = run.read()
-        except (OSError, ValueError):
-            continue
-        raw = data.get("bisect") if isinstance(data, dict) else None
-        if data.get("status") != "finished" or not isinstance(raw, dict):
-            continue
+    for run_id, raw in store.finished_records(f"{entry_id}-bisect", "bisect"):
         try:
             record = BisectRecord.from_dict(raw)
         except (TypeError, ValueError):
             continue
-        latest[record.direction] = BisectionFinding(record, run.run_id)
+        latest[record.direction] = BisectionFinding(record, run_id)
     return [latest[d] for d in (Direction.CAUSE, Direction.FIX) if d in latest]
 
 

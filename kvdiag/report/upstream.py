@@ -22,10 +22,11 @@ from kvdiag.records.verdict import Outcome
 from kvdiag.registry.entry import Entry
 from kvdiag.report.formats import entry_view, primary_attempt
 from kvdiag.report.bisection import bisection_markdown
+from kvdiag.report.verification import verification_markdown
 from kvdiag.report.formats.markdown import MARKDOWN_HELPERS, fingerprint_rows, human_time
 from kvdiag.report.templating import render
 from kvdiag.report.where import where
-from kvdiag.store.runs import RunDir, RunStore
+from kvdiag.store.runs import RunDir, RunStore, id_time
 from kvdiag.store.sweeps import target_summary
 
 
@@ -122,6 +123,7 @@ def upstream_report(entry: Entry, run: RunDir | Mapping[str, Any], *, run_id: st
         location=location, references=references, aliases=list(entry.aliases),
         run_version=data.get("kvdiag_version") or __version__, kvdiag_version=__version__,
         overrides=dict(data.get("overrides") or {}), bisection=_bisection(entry, store),
+        verification=verification_markdown(entry, store, when=lambda ref: human_time(_date(ref))),
         radius=radius_sentences(entry), **MARKDOWN_HELPERS,
     )
 
@@ -144,10 +146,4 @@ def radius_sentences(entry: Entry) -> list[str]:
 
 def _date(run_id: str) -> str:
     """`20261129-100000-D2-ab12` -> ISO time (the run store names runs by their UTC start)."""
-    import re
-
-    match = re.match(r"^(\d{4})(\d{2})(\d{2})-(\d{2})(\d{2})(\d{2})[-.]", run_id or "")
-    if not match:
-        return run_id
-    y, mo, d, h, mi, s = match.groups()
-    return f"{y}-{mo}-{d}T{h}:{mi}:{s}+00:00"
+    return id_time(run_id) or run_id

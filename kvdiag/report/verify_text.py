@@ -18,6 +18,7 @@ def render_report(report: VerifyReport) -> str:
     rows = [
         ("build", _short_path(b.build_dir), _short_path(a.build_dir)),
         ("verdict", b.verdict.value, a.verdict.value),
+        *([("runs (k/N)", _k_of_n(b), _k_of_n(a))] if max(b.outcome.n, a.outcome.n) > 1 else []),
         ("sanitizer errors", _dash(b.error_count), _dash(a.error_count)),
         ("sites", ", ".join(b.sites[:3]) or "-", ", ".join(a.sites[:3]) or "-"),
     ]
@@ -31,7 +32,7 @@ def render_report(report: VerifyReport) -> str:
     rows += [
         ("configure", _secs(b.configure_s), _secs(a.configure_s)),
         ("build", _secs(b.build_s), _secs(a.build_s)),
-        ("repro run", _secs(b.outcome.duration_s), _secs(a.outcome.duration_s)),
+        ("repro run", _secs(b.outcome.duration_s) + (" (recorded)" if b.reused else ""), _secs(a.outcome.duration_s)),
     ]
     for label in labels:
         nb = next((n for n in b.numeric if n.label == label), None)
@@ -41,6 +42,10 @@ def render_report(report: VerifyReport) -> str:
     lines = [f"kvdiag verify {report.entry_id}: {stack} on {report.commit[:12]}", ""]
     lines.append(tabulate(rows, headers=["", "before", f"after (+ {stack})"]))
     lines.append("")
+    if b.reused is not None:
+        r = b.reused
+        lines.append(f"before: reused run {r.run_id} (recorded {r.started_at or '?'}, {r.runs} run(s), the same arm: "
+                     f"build files, model, repro and signature unchanged); not run again")
     lines.append(f"before: {one_line(b.outcome.reason)}")
     lines.append(f"after:  {one_line(a.outcome.reason)}")
     inconclusive = [o.reason for o in (b.outcome, a.outcome) if o.verdict.value == "inconclusive"]
@@ -52,6 +57,10 @@ def render_report(report: VerifyReport) -> str:
         lines.append(f"rates: {report.rates.text}")
         lines.append(f"  before, the runs rule out {report.rates.before.excludes}; after, "
                      f"{report.rates.after.excludes}")
+    elif max(b.outcome.n, a.outcome.n) > 1:
+        lines.append("rates: not compared: " + ", ".join(
+            f"{side.label} had {'one run' if side.outcome.n == 1 else 'no judged run'}"
+            for side in (b, a) if side.outcome.rate is None))
     if report.status_unchanged:
         lines.append(f"source tree: untouched (git status --porcelain of {report.source} identical before and after)")
     else:
@@ -67,6 +76,11 @@ def render_report(report: VerifyReport) -> str:
         lines.append(f"warning: {warning}")
     lines.append(f"runs: {b.run_dir}  {a.run_dir}")
     return "\n".join(lines) + "\n"
+
+
+def _k_of_n(side) -> str:
+    rate = side.outcome.rate
+    return rate.short if rate is not None else side.outcome.k_of_n
 
 
 def _dash(value: Any) -> str:

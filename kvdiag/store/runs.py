@@ -87,6 +87,16 @@ def id_label(run_id: str) -> str:
     return run_id.split("-", 3)[3] if m.group("micro") else m.group("label")
 
 
+def id_time(run_id: str) -> str | None:
+    """When a run started, read from its id (the store names runs by their UTC start): ISO 8601,
+    ``2026-11-29T10:00:00+00:00``; None for a name that is not a run id."""
+    m = _ID.match(run_id or "")
+    if not m:
+        return None
+    d, t = m.group("date"), m.group("time")
+    return f"{d[:4]}-{d[4:6]}-{d[6:]}T{t[:2]}:{t[2:4]}:{t[4:]}+00:00"
+
+
 def _order_key(run_id: str) -> tuple:
     m = _ID.match(run_id)
     if not m:
@@ -172,6 +182,12 @@ class RunDir:
         if not isinstance(data, dict):
             raise RunUnreadable(f"{path} is not a JSON object", "run.json is not a JSON object")
         return data
+
+
+def patched_arm(data: Any) -> bool:
+    """Whether run.json is the AFTER arm of a `kvdiag verify`: a run of a scratch build with probes applied."""
+    arm = data.get("verify_arm") if isinstance(data, dict) else None
+    return isinstance(arm, dict) and arm.get("arm") == "after"
 
 
 def displayed_status(data: dict[str, Any]) -> str:
@@ -261,9 +277,25 @@ class RunStore:
             raise UsageError(f"no run {run_id!r} under {self.root}")
         raise UsageError(f"run id {run_id!r} is ambiguous: {', '.join(h.run_id for h in hits[:5])}")
 
+    def finished_records(self, label: str, key: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(run id, run.json's ``key``) of each finished run labelled ``label`` (`ID-bisect`, `ID-verify`)
+        whose ``key`` holds a mapping, oldest first; a run.json that cannot be read is passed over."""
+        for run in self.all_dirs():
+            if run.label.upper() != label.upper():
+                continue
+            try:
+                data = run.read()
+            except (OSError, ValueError):
+                continue
+            record = data.get(key) if isinstance(data, dict) else None
+            if data.get("status") == "finished" and isinstance(record, dict):
+                yield run.run_id, record
+
     def latest_for(self, entry_id: str, skipped: list[str] | None = None) -> RunDir | None:
-        """The entry's newest finished run. A newer run that is unreadable raises RunUnreadable;
-        newer runs that did not finish are named in ``skipped`` (so the caller can say so)."""
+        """The entry's newest finished run of a build of the user's. A newer run that is unreadable
+        raises RunUnreadable; newer runs that did not finish are named in ``skipped`` (so the caller
+        can say so). The AFTER arm of a `kvdiag verify` (a scratch build with probes applied) is
+        never the entry's run: it is passed over without a word."""
         for run in reversed(self.all_dirs()):
             if run.label.upper() != entry_id.upper():
                 continue
@@ -272,6 +304,8 @@ class RunStore:
                     skipped.append(f"{run.run_id} (no run.json)")
                 continue
             data = run.read_checked()
+            if patched_arm(data):
+                continue
             if data.get("entry") == entry_id and data.get("status") == "finished":
                 return run
             if skipped is not None:

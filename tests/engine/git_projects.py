@@ -22,6 +22,7 @@ from isolation import isolate_git
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = REPO / "tests" / "scenarios" / "git" / "project"
+SERVERS = REPO / "tests" / "scenarios" / "servers"
 PY = shlex.quote(sys.executable)
 CONFIGURE = f"{PY} {{source}}/configure.py {{build}}"
 BUILD = f"{PY} {{source}}/build.py {{build}}"
@@ -111,13 +112,15 @@ def commit(repo: Path, message: str, kernel: str | None = None, **files: str) ->
     return git(repo, "rev-parse", "HEAD")
 
 
-def new_project(root: Path, kernel: str) -> Path:
+def new_project(root: Path, kernel: str, *, server: bool = False) -> Path:
+    """The project at ``root``; with ``server`` its build also makes a stand-in llama-server (D3's shape)."""
     root.mkdir(parents=True)
     git(root, "-c", "init.defaultBranch=main", "init", "-q")
     for item in PROJECT.iterdir():
         if item.suffix == ".py":
             shutil.copy(item, root / item.name)
-    commit(root, "project", kernel=kernel, README="synthetic\n")
+    extra = {"standin_dir.txt": f"{SERVERS}\n"} if server else {}
+    commit(root, "project", kernel=kernel, README="synthetic\n", **extra)
     return root
 
 
