@@ -69,6 +69,7 @@ class ScanResult:
     program: dict[str, Any] | None = None  # which test-backend-ops ran the cases (engine.launch_program)
     kernels: dict[str, Any] | None = None  # the cases by kernel instantiation (engine.scan_kernels)
     space_source: str | None = None        # where the case space came from (--params, the radius, [scan])
+    phases: dict[str, Any] | None = None   # routed or not, and each phase's cases, processes, wall (engine.scan_phases)
 
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
         return [(p, a) for p, a in self.results.items() if a.verdict is verdict]
@@ -128,6 +129,7 @@ class ScanResult:
             "shard_from": self.shard_from,
             **({"selection": list(self.selection)} if self.shard else {}),
             "program": self.program, "kernels": self.kernels, "space_source": self.space_source,
+            "phases": self.phases,
         }
 
     def ran_alone(self) -> int:
@@ -227,7 +229,8 @@ def _print_note(entry: Entry, step: Step, batch_size: int) -> str | None:
 def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, workers: int,
          gate_provider: GateProvider, on_case: Callable[[str, Attempt], None] | None = None,
          limit: int | None = None, devices: Sequence[Any] = (), batch: int = 1,
-         kernel_filter: str | None = None, cancel: threading.Event | None = None) -> ScanResult:
+         kernel_filter: str | None = None, cancel: threading.Event | None = None,
+         alone: Sequence[str] = ()) -> ScanResult:
     """Run the entry's scan step over the supported cases with `workers` in parallel.
 
     `workers` is per device: each unit of work is handed to the device with the fewest
@@ -236,7 +239,9 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     is how many cases one process runs (1: one process per case; 0: as many as spreads the
     cases evenly over the workers, see scan_batch); a case a batch cannot judge runs again
     alone. `kernel_filter`: the sanitizer instruments only the kernels whose mangled name
-    contains it (`--kernel-name kns=`). Ctrl-C stops handing out work, cancels the running
+    contains it (`--kernel-name kns=`). `alone`: cases that run one per process from the start
+    (the route phase saw them fail or end their process; in a batch they would only cost the
+    batch). Ctrl-C stops handing out work, cancels the running
     processes (their groups are killed by the runner) and returns what finished; the caller
     records it.
     """
@@ -293,7 +298,10 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
         for params, attempt in (outcome.resolved if isinstance(outcome, BatchOutcome) else outcome).items():
             result.results.setdefault(params, attempt)
 
-    result.interrupted = dispatch(deal(numbered, size), start, finish, workers=workers, devices=devices,
+    apart = set(alone)
+    singles = [[case] for case in numbered if case[1] in apart]
+    rest = [case for case in numbered if case[1] not in apart]
+    result.interrupted = dispatch(singles + deal(rest, size), start, finish, workers=workers, devices=devices,
                                   cancel=cancel, salvage=salvage)
     result.wall_s = time.monotonic() - started
     return result
