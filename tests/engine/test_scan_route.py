@@ -236,3 +236,23 @@ def test_launch_changes_list_kernels_either_phase_saw_alone():
 def test_route_processes_are_one_per_worker_and_capped():
     assert route_batch_size(2932, 8) == 367 and route_batch_size(20000, 8) == 512
     assert route_batch_size(3, 8) == 1 and route_batch_size(0, 8) == 1
+
+
+def test_the_benchmark_compares_the_two_paths_case_by_case_and_prints_each_phase(scans):
+    import importlib.util
+
+    from engine_helpers import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_scan", REPO / "benchmarks" / "bench_scan.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.parse_variant("8@0,1/32:auto+noroute+entry") == {
+        "jobs": "8", "devices": "0,1", "batch": "32", "program": "auto", "options": ("noroute", "entry")}
+    assert bench.parse_variant("8@0+noroute")["options"] == ("noroute",)
+    base, routed = scans.direct.to_dict(), scans.routed.to_dict()
+    row = bench.summary("2@0:auto", 2, "0", routed, base)
+    assert row["affected_identical_to_baseline"] and row["verdicts_identical_to_baseline"]
+    assert row["affected_only_in_baseline"] == row["affected_only_here"] == []
+    assert row["path"] == "routed" and row["route_cases"] == 13 and row["detect_cases"] == 10
+    assert row["route_wall_s"] > 0 and row["detect_wall_s"] > 0 and row["not_reached"] == 3
+    assert bench.summary("2@0:auto+noroute", 2, "0", base, None)["not_routed_because"] == "--no-route"
