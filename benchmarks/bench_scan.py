@@ -6,7 +6,9 @@ process per case; PROGRAM is `plain`, the build's own test-backend-ops with its 
 reference, or `auto`, the launch probe's build of it: GPU-only `launch` mode for sanitized
 cases, every launch listed). OPTIONs: `noroute` (`--no-route`: every case sanitized, the
 path before routing), `route` (the default: route, then sanitize what reaches the entry's
-kernels), `entry` (`--instrument entry`: the sanitizer instruments only the entry's kernels).
+kernels), `entry` (`--instrument entry`: the sanitizer instruments only the entry's kernels),
+`bykernel` (`--batch-order by-kernel`: the sanitized batches hold cases that launched the same
+kernels in the route phase).
 A routed variant prints each phase's cases, processes and wall (`route_*`, `detect_*`) and
 the cases whose launches differed between the phases. The first variant is the baseline: every other one reports
 its speed-up over it (`speedup`, baseline wall / its wall: the old path against the new
@@ -41,7 +43,8 @@ import tempfile
 import time
 
 
-OPTIONS = {"noroute": ["--no-route"], "route": ["--route"], "entry": ["--instrument", "entry"]}
+OPTIONS = {"noroute": ["--no-route"], "route": ["--route"], "entry": ["--instrument", "entry"],
+           "bykernel": ["--batch-order", "by-kernel"]}
 
 
 def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env, batch: str = "",
@@ -114,7 +117,7 @@ def phase_walls(data: dict) -> dict:
     """Which path ran (routed or not) and each phase's cases, processes and wall."""
     phases = data.get("phases") or {}
     row = {"path": phases.get("path"), "not_routed_because": phases.get("why"),
-           "kernel_filter": phases.get("kernel_filter")}
+           "kernel_filter": phases.get("kernel_filter"), "batch_order": phases.get("batch_order")}
     route, detect = phases.get("route") or {}, phases.get("detect") or {}
     if route:
         row.update({"route_cases": route.get("cases"), "route_processes": route.get("processes"),

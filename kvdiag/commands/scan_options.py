@@ -13,12 +13,17 @@ PROGRAM_HELP = ("auto: the launch probe's build of test-backend-ops (sanitized c
 ROUTE_HELP = ("Route first: every case runs once without the sanitizer, its kernel launches listed; only the cases "
               "that launch one of the entry's kernels run under the sanitizer, the others are not-applicable from "
               "their launch lines. Needs the launch probe's program; --no-route sanitizes every case.")
+BATCH_ORDER_HELP = ("How the sanitized cases fill their batches: dealt round robin from the listing (heavy shapes "
+                    "spread out), or by-kernel: cases that launched the same kernels in the route phase together, "
+                    "so each sanitized process loads and instruments fewer kernels (needs routing).")
 INSTRUMENT_HELP = ("What the sanitizer instruments: every kernel, or only the entry's (--kernel-name kns=NAME from "
                    "its signatures' kernel regex).")
 
 
 def scan_path_options(command):
-    """--program, --route/--no-route and --instrument, in that order in `kvdiag scan --help`."""
+    """--program, --route/--no-route, --instrument and --batch-order, in that order in `kvdiag scan --help`."""
+    command = click.option("--batch-order", type=click.Choice(["dealt", "by-kernel"]), default="dealt",
+                           show_default=True, help=BATCH_ORDER_HELP)(command)
     command = click.option("--instrument", type=click.Choice(["all", "entry"]), default="all", show_default=True,
                            help=INSTRUMENT_HELP)(command)
     command = click.option("--route/--no-route", default=True, show_default=True, help=ROUTE_HELP)(command)

@@ -230,7 +230,7 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
          gate_provider: GateProvider, on_case: Callable[[str, Attempt], None] | None = None,
          limit: int | None = None, devices: Sequence[Any] = (), batch: int = 1,
          kernel_filter: str | None = None, cancel: threading.Event | None = None,
-         alone: Sequence[str] = ()) -> ScanResult:
+         alone: Sequence[str] = (), in_order: bool = False) -> ScanResult:
     """Run the entry's scan step over the supported cases with `workers` in parallel.
 
     `workers` is per device: each unit of work is handed to the device with the fewest
@@ -241,7 +241,8 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     alone. `kernel_filter`: the sanitizer instruments only the kernels whose mangled name
     contains it (`--kernel-name kns=`). `alone`: cases that run one per process from the start
     (the route phase saw them fail or end their process; in a batch they would only cost the
-    batch). Ctrl-C stops handing out work, cancels the running
+    batch). `in_order`: batches take the cases as given, consecutively, instead of dealt round
+    robin (the caller ordered them: engine.scan_phases groups them by kernel). Ctrl-C stops handing out work, cancels the running
     processes (their groups are killed by the runner) and returns what finished; the caller
     records it.
     """
@@ -301,7 +302,8 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     apart = set(alone)
     singles = [[case] for case in numbered if case[1] in apart]
     rest = [case for case in numbered if case[1] not in apart]
-    result.interrupted = dispatch(singles + deal(rest, size), start, finish, workers=workers, devices=devices,
+    batches = [rest[i:i + size] for i in range(0, len(rest), size)] if in_order else deal(rest, size)
+    result.interrupted = dispatch(singles + batches, start, finish, workers=workers, devices=devices,
                                   cancel=cancel, salvage=salvage)
     result.wall_s = time.monotonic() - started
     return result

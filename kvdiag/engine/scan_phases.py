@@ -21,6 +21,11 @@ cases that do not reach it (a scan without routing would make such a case inconc
 Routing needs the launch probe's program (it lists launches), a sanitizer step (routing only
 spares sanitizing), kernel regexes in the entry's signatures, and a step that runs several
 cases per process; without one of them the scan runs unrouted and says why in one line.
+
+The route phase also says which kernels each case launches, which ``--batch-order by-kernel``
+uses: the detect phase's batches then hold cases that launched the same kernels, so each
+sanitized process loads and instruments fewer of them (compute-sanitizer patches every kernel
+a process loads); the default deals the cases round robin, which spreads the heavy shapes.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunDir
 
 ROUTED, DIRECT = "routed", "direct"
-INSTRUMENT_CHOICES = ("all", "entry")
+BY_KERNEL = "by-kernel"
 _PLAIN_NAME = re.compile(r"^\^?(?:\\b)?([A-Za-z_][A-Za-z0-9_]*)$")
 SHOW_CHANGES = 20    # launch changes kept in the record (all are counted)
 
@@ -87,18 +92,22 @@ def entry_kernel_filter(entry: Entry) -> tuple[str | None, str]:
 def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, workers: int,
                gate_provider: GateProvider, devices: Sequence[Any], batch: int, limit: int | None,
                not_routed: str | None, kernel_filter: str | None, instrument_note: str,
-               on_case: Callable[[str, Attempt], None] | None = None, progress: Progress | None = None) -> ScanResult:
+               on_case: Callable[[str, Attempt], None] | None = None, progress: Progress | None = None,
+               batch_order: str = "dealt") -> ScanResult:
     """The scan of ``space``: routed unless ``not_routed`` says why not (then as before, every case
-    sanitized). ``kernel_filter``: the detect phase instruments only those kernels."""
+    sanitized). ``kernel_filter``: the detect phase instruments only those kernels. ``batch_order``
+    "by-kernel" (routed only): the detect phase's batches hold cases that launched the same kernels."""
     progress = progress or Progress()
     common = dict(workers=workers, gate_provider=gate_provider, devices=devices, batch=batch,
                   kernel_filter=kernel_filter, on_case=on_case)
     record = {"path": DIRECT if not_routed else ROUTED, "why": not_routed, "route": None,
               "kernel_filter": kernel_filter, "instrument": instrument_note, "launch_changes": [],
-              "launch_changed": 0}
+              "launch_changed": 0, "batch_order": batch_order if not not_routed else "dealt"}
     cases = tuple(space.supported[:limit] if limit else space.supported)
     if not_routed is not None:
-        progress.say(f"not routed: {not_routed}; every case runs under the sanitizer")
+        progress.say(f"not routed: {not_routed}; every case runs under the sanitizer"
+                     + ("; batches dealt (--batch-order by-kernel needs the route phase's launches)"
+                        if batch_order == BY_KERNEL else ""))
         result = scan(entry, target, run_dir, space=space, limit=limit, **common)
         result.phases = {**record, "detect": _phase(cases, result.processes, result.wall_s)}
         return result
@@ -112,8 +121,11 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
         progress.say(f"route: {len(routed.reached)} case(s) reach {entry.id}'s kernels, {len(routed.routed)} do not "
                      f"(judged without the sanitizer), {len(routed.unrouted)} unrouted; detect: {len(detect)} case(s) "
                      f"under the sanitizer")
+    by_kernel = batch_order == BY_KERNEL
+    if by_kernel:
+        detect = tuple(sorted(detect, key=lambda case: sorted(routed.launched.get(case, ()))))   # stable
     result = scan(entry, target, run_dir, space=dataclasses.replace(space, supported=detect),
-                  alone=tuple(routed.unrouted), **common)
+                  alone=tuple(routed.unrouted), in_order=by_kernel, **common)
     detect_phase = _phase(detect, result.processes, result.wall_s)
     changes = launch_changes(routed.launched, result.results)
     result.results = {**routed.routed, **result.results}

@@ -46,6 +46,7 @@ class Scans:
     direct: object
     routed: object
     filtered: object
+    by_kernel: object
     sanitized_direct: list[str]
     sanitized_routed: list[str]
 
@@ -82,7 +83,9 @@ def scans(tmp_path_factory) -> Scans:
         second = sanitized(build, len(first))
         filtered = run_phases(entry, probe, RunDir(root / "filtered"), not_routed=None,
                               kernel_filter="flash_attn_ext_f16", instrument_note="only D924's kernels", **common)
-        yield Scans(entry, build, space, direct, routed, filtered, first, second)
+        by_kernel = run_phases(entry, probe, RunDir(root / "by-kernel"), not_routed=None, kernel_filter=None,
+                               instrument_note="", batch_order="by-kernel", **common)
+        yield Scans(entry, build, space, direct, routed, filtered, by_kernel, first, second)
 
 
 def verdicts(result) -> dict[str, Verdict]:
@@ -90,7 +93,7 @@ def verdicts(result) -> dict[str, Verdict]:
 
 
 def test_routed_and_unrouted_give_every_case_the_same_verdict(scans):
-    assert verdicts(scans.routed) == verdicts(scans.direct) == verdicts(scans.filtered)
+    assert verdicts(scans.routed) == verdicts(scans.direct) == verdicts(scans.filtered) == verdicts(scans.by_kernel)
     assert {p for p, _ in scans.routed.affected} == set(DIVERGING)
     assert {p for p, _ in scans.routed.by_verdict(Verdict.NOT_REPRODUCED)} == set(OK_CASES)
     assert {p for p, _ in scans.routed.by_verdict(Verdict.NOT_APPLICABLE)} == set(VEC_CASES)
@@ -256,3 +259,12 @@ def test_the_benchmark_compares_the_two_paths_case_by_case_and_prints_each_phase
     assert row["path"] == "routed" and row["route_cases"] == 13 and row["detect_cases"] == 10
     assert row["route_wall_s"] > 0 and row["detect_wall_s"] > 0 and row["not_reached"] == 3
     assert bench.summary("2@0:auto+noroute", 2, "0", base, None)["not_routed_because"] == "--no-route"
+
+
+def test_by_kernel_batches_hold_the_cases_that_launched_the_same_kernels(scans):
+    log = lambda params: Path(scans.by_kernel.results[params].commands[0]["stdout_path"]).name   # noqa: E731
+    k44 = [p for p in [*DIVERGING, *OK_CASES] if "nr23=[4,1]" in p]
+    assert len(k44) == 4 and len({log(p) for p in k44}) == 1 and log(k44[0]).startswith("batch")
+    assert scans.by_kernel.phases["batch_order"] == "by-kernel" and scans.routed.phases["batch_order"] == "dealt"
+    dealt = {Path(scans.routed.results[p].commands[0]["stdout_path"]).name for p in k44}
+    assert len(dealt) == 2                                    # dealt round robin: spread over both batches
