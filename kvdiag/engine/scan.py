@@ -299,14 +299,20 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
         for params, attempt in (outcome.resolved if isinstance(outcome, BatchOutcome) else outcome).items():
             result.results.setdefault(params, attempt)
 
-    apart = set(alone)
-    singles = [[case] for case in numbered if case[1] in apart]
-    rest = [case for case in numbered if case[1] not in apart]
-    batches = [rest[i:i + size] for i in range(0, len(rest), size)] if in_order else deal(rest, size)
-    result.interrupted = dispatch(singles + batches, start, finish, workers=workers, devices=devices,
+    result.interrupted = dispatch(units_of(numbered, size, alone, in_order), start, finish, workers=workers, devices=devices,
                                   cancel=cancel, salvage=salvage)
     result.wall_s = time.monotonic() - started
     return result
+
+
+def units_of(numbered: Sequence[tuple[int, str]], size: int, alone: Sequence[str],
+             in_order: bool) -> list[list[tuple[int, str]]]:
+    """The units of work: the `alone` cases one per process first, then the rest in batches, taken
+    consecutively (`in_order`) or dealt round robin."""
+    apart = set(alone)
+    rest = [case for case in numbered if case[1] not in apart]
+    batches = [rest[i:i + size] for i in range(0, len(rest), size)] if in_order else deal(rest, size)
+    return [[case] for case in numbered if case[1] in apart] + batches
 
 
 def deal(numbered: Sequence[tuple[int, str]], size: int) -> list[list[tuple[int, str]]]:
