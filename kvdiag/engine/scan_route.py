@@ -153,7 +153,7 @@ def route(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, cases: S
         return [RouteUnit(tuple(batch.again), unit.round + 1)] if batch.again else []
 
     out.interrupted = dispatch(units, start, finish, workers=workers, devices=devices, cancel=cancel,
-                               salvage=lambda batch: out.absorb(batch, on_case), name="kvdiag-route")
+                               salvage=out.absorb, name="kvdiag-route")   # salvage: no progress, as in scan
     out.wall_s = time.monotonic() - started
     return out
 

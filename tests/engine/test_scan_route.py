@@ -202,6 +202,18 @@ def test_shards_of_a_routed_scan_partition_the_cases(scans, tmp_path_factory):
     assert not first & second and first | second == set(space.supported)
     assert {**verdicts(parts[0]), **verdicts(parts[1])} == {p: scans.direct.results[p].verdict
                                                            for p in space.supported}
+    from kvdiag.store.scans import SCAN_FORMAT, merge_scans
+
+    docs = []
+    for index, part in enumerate(parts, start=1):
+        part.shard, part.selection = f"{index}/2", tuple(space.supported)
+        docs.append({"format": SCAN_FORMAT, **part.to_dict()})
+    merged = merge_scans(docs)
+    assert merged["phases"]["path"] == "routed"
+    assert merged["phases"]["route"]["cases"] == len(space.supported)
+    assert merged["phases"]["route"]["not_reached"] == len(VEC_CASES)
+    assert merged["phases"]["detect"]["cases"] == len(space.supported) - len(VEC_CASES)
+    assert merged["phases"]["route"]["processes"] == sum(p.phases["route"]["processes"] for p in parts)
 
 
 def test_why_a_scan_cannot_route(d2):
@@ -268,3 +280,23 @@ def test_by_kernel_batches_hold_the_cases_that_launched_the_same_kernels(scans):
     assert scans.by_kernel.phases["batch_order"] == "by-kernel" and scans.routed.phases["batch_order"] == "dealt"
     dealt = {Path(scans.routed.results[p].commands[0]["stdout_path"]).name for p in k44}
     assert len(dealt) == 2                                    # dealt round robin: spread over both batches
+
+
+def test_ctrl_c_in_the_route_phase_keeps_what_was_routed_and_sanitizes_nothing(tmp_path_factory):
+    """A Ctrl-C that lands while the route phase records its cases (here: in on_case) ends the scan:
+    the cases judged so far are kept, the others are listed as not run, no case is sanitized."""
+    with scan_scenarios(tmp_path_factory, "scan-route-ctrl-c", "D928") as (root, kv, entry):
+        build, target, space = stage_space(kv, RunDir(root / "enumerate"), [*VEC_CASES, *OK_CASES])
+        probe = dataclasses.replace(
+            target, probe_program=lambda: ProbeProgram("test-backend-ops-launch", build / "bin" / "test-backend-ops"))
+
+        def interrupt(params, attempt):
+            raise KeyboardInterrupt
+
+        result = run_phases(entry, probe, RunDir(root / "routed"), space=space, workers=1, devices=(), batch=0,
+                            limit=None, not_routed=None, kernel_filter=None, instrument_note="",
+                            gate_provider=gate_with(ALLOWED), on_case=interrupt)
+    assert result.interrupted and result.phases["route"]["cases"] == len(space.supported)
+    assert set(result.results) == set(VEC_CASES)                   # the one route process's not-reached cases
+    assert set(result.to_dict()["not_run"]) == set(OK_CASES)
+    assert result.phases["detect"]["cases"] == 0 and sanitized(build) == []
