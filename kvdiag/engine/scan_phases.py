@@ -105,9 +105,7 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
               "launch_changed": 0, "batch_order": batch_order if not not_routed else "dealt"}
     cases = tuple(space.supported[:limit] if limit else space.supported)
     if not_routed is not None:
-        progress.say(f"not routed: {not_routed}; every case runs under the sanitizer"
-                     + ("; batches dealt (--batch-order by-kernel needs the route phase's launches)"
-                        if batch_order == BY_KERNEL else ""))
+        progress.say(_not_routed_note(entry, not_routed, batch_order))
         result = scan(entry, target, run_dir, space=space, limit=limit, **common)
         result.phases = {**record, "detect": _phase(cases, result.processes, result.wall_s)}
         return result
@@ -136,6 +134,15 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
                      "launch_changes": changes[:SHOW_CHANGES], "launch_changed": len(changes)}
     result.wall_s = time.monotonic() - started
     return result
+
+
+def _not_routed_note(entry: Entry, why: str, batch_order: str) -> str:
+    note = f"not routed: {why}"
+    if scan_step(entry).sanitizer:
+        note += "; every case runs under the sanitizer"
+    if batch_order == BY_KERNEL:
+        note += "; batches dealt (--batch-order by-kernel needs the route phase's launches)"
+    return note
 
 
 def _phase(cases: Sequence[str], processes: int, wall_s: float) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def phases_lines(d: Mapping[str, Any]) -> list[str]:
     detect = phases.get("detect") or {}
     route = phases.get("route")
     if not isinstance(route, Mapping):
-        return [f"phases: not routed ({phases.get('why')}): every case under the sanitizer"]
+        return [f"phases: not routed: {phases.get('why')}"]
     entry = d.get("entry")
     lines = [f"phases: routed: route {route.get('cases')} case(s) in {route.get('processes')} process(es), "
              f"{float(route.get('wall_s') or 0):.1f} s: {route.get('reached')} reach {entry}'s kernels, "

@@ -159,7 +159,7 @@ def test_the_text_says_which_path_ran(scans):
     text = render_scan(scans.routed, Path("/run"))
     assert ("phases: routed: route 13 case(s) in " in text and "3 reach none of D924's kernels (judged without "
             "the sanitizer), 2 unrouted; detect 10 case(s) under the sanitizer in " in text)
-    assert "phases: not routed (--no-route): every case under the sanitizer" in render_scan(scans.direct, Path("/r"))
+    assert "phases: not routed: --no-route\n" in render_scan(scans.direct, Path("/r"))
 
 
 def test_the_kernel_filter_reaches_the_sanitizer_and_the_record(scans):
@@ -300,3 +300,55 @@ def test_ctrl_c_in_the_route_phase_keeps_what_was_routed_and_sanitizes_nothing(t
     assert set(result.results) == set(VEC_CASES)                   # the one route process's not-reached cases
     assert set(result.to_dict()["not_run"]) == set(OK_CASES)
     assert result.phases["detect"]["cases"] == 0 and sanitized(build) == []
+
+
+@pytest.fixture
+def cli_scan(kv, monkeypatch):
+    """`kvdiag scan` through the CLI on the staged space, the target's GPU replaced; `probe` decides
+    whether the launch probe's program exists (the stand-in itself) or not (a build it cannot make)."""
+    import kvdiag.engine.scan_session as session
+    from engine_helpers import fake_gpu
+    from kvdiag.cli import main
+    from test_scan import scan_entry_body
+
+    real = session.prepare_target
+    made = {"probe": True}
+
+    def prepare(*args, **kwargs):
+        target = real(*args, **kwargs)
+        program = ProbeProgram("test-backend-ops-launch", target.build.build_dir / "bin" / "test-backend-ops") \
+            if made["probe"] else ProbeProgram("test-backend-ops-launch", why_not="not a ninja build")
+        return dataclasses.replace(target, environment=dataclasses.replace(target.environment, gpu=fake_gpu()),
+                                   probe_program=lambda: program)
+
+    monkeypatch.setattr(session, "prepare_target", prepare)
+    monkeypatch.setattr(session, "controls_gate_provider", lambda home, target, log_dir: gate_with(ALLOWED))
+    kv.entry("D929", scan_entry_body(30))
+    build = kv.build("backend_ops_case_space")
+    (build / "case-space.txt").write_text("\n".join([*OK_CASES[:2], *VEC_CASES[:2], *DIVERGING][:7]) + "\n")
+    sanitizer = kv.sanitizer()
+
+    def run(*argv, probe=True):
+        made["probe"] = probe
+        return main(["--registry", str(kv.registry_dir), "scan", "D929", "--build", str(build), "--sanitizer",
+                     str(sanitizer), "-j", "2", *argv])
+
+    return run
+
+
+def test_the_cli_routes_by_default_and_says_why_when_it_cannot(cli_scan, capsys):
+    import json
+
+    assert cli_scan("--format", "json") == 1
+    routed = json.loads(capsys.readouterr().out)
+    assert routed["phases"]["path"] == "routed" and routed["phases"]["route"]["not_reached"] == 2
+    assert cli_scan("--format", "json", "--no-route", "--instrument", "entry", "--batch-order", "by-kernel") == 1
+    direct = json.loads(capsys.readouterr().out)
+    assert direct["phases"]["path"] == "direct" and direct["phases"]["why"] == "--no-route"
+    assert direct["phases"]["kernel_filter"] == "flash_attn_ext_f16" and direct["phases"]["batch_order"] == "dealt"
+    assert {p: c["verdict"] for p, c in routed["cases"].items()} == {p: c["verdict"] for p, c in direct["cases"].items()}
+    assert cli_scan(probe=False) == 1
+    out, err = capsys.readouterr()
+    assert ("kvdiag: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build); "
+            "every case runs under the sanitizer") in err
+    assert "phases: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build)" in out
