@@ -1,10 +1,16 @@
 """Benchmark: `kvdiag scan` of one case space under several worker/GPU layouts and programs, in one run.
 
-Each variant is JOBS@DEVICES[/BATCH][:PROGRAM] (`-j JOBS --devices DEVICES --batch BATCH
---program PROGRAM`; -j is per GPU; BATCH defaults to kvdiag's own, 0 = auto; /1 is one
+Each variant is JOBS@DEVICES[/BATCH][:PROGRAM][+OPTION...] (`-j JOBS --devices DEVICES --batch
+BATCH --program PROGRAM`; -j is per GPU; BATCH defaults to kvdiag's own, 0 = auto; /1 is one
 process per case; PROGRAM is `plain`, the build's own test-backend-ops with its CPU
 reference, or `auto`, the launch probe's build of it: GPU-only `launch` mode for sanitized
-cases, every launch listed). The first variant is the baseline: every other one reports
+cases, every launch listed). OPTIONs: `noroute` (`--no-route`: every case sanitized, the
+path before routing), `route` (the default: route, then sanitize what reaches the entry's
+kernels), `entry` (`--instrument entry`: the sanitizer instruments only the entry's kernels),
+`bykernel` (`--batch-order by-kernel`: the sanitized batches hold cases that launched the same
+kernels in the route phase).
+A routed variant prints each phase's cases, processes and wall (`route_*`, `detect_*`) and
+the cases whose launches differed between the phases. The first variant is the baseline: every other one reports
 its speed-up over it (`speedup`, baseline wall / its wall: the old path against the new
 one when the baseline is `:plain`), whether its affected set and its verdicts are identical
 case by case, and its parallel efficiency against the ideal (sum of its per-case times /
@@ -18,9 +24,12 @@ not inside whichever variant runs first; its cost is printed as `warmup_s`.
 
 Goals: issue "Blast radius": `1@0/1 8@0/1` speed-up >= 3 and wall within 1.3x of the
 ideal; issue "Multi-GPU": `8@0 8@0,1` speed-up >= 1.7, verdicts identical; issue #25:
-`--params hsk 8@0:plain 8@0:auto` the new path's wall <= 60 s with the same affected set.
+`--params hsk 8@0:auto+noroute 8@0:auto` the routed path's wall <= 60 s with the same
+affected set, case by case (`affected_identical_to_baseline`, and the cases on either side
+only, `affected_only_in_baseline` / `affected_only_here`).
 
-    python3 benchmarks/bench_scan.py --build B [--entry D2] [--params hsk] [--limit 48] --variant 8@0:plain --variant 8@0:auto
+    python3 benchmarks/bench_scan.py --build B [--entry D2] [--params hsk] [--limit 48] \
+        --variant 8@0:auto+noroute --variant 8@0:auto --variant 8@0:auto+entry
 """
 
 from __future__ import annotations
@@ -34,11 +43,19 @@ import tempfile
 import time
 
 
+OPTIONS = {"noroute": ["--no-route"], "route": ["--route"], "entry": ["--instrument", "entry"],
+           "bykernel": ["--batch-order", "by-kernel"]}
+
+
 def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env, batch: str = "",
-         program: str = "", params: str | None = None) -> dict:
+         program: str = "", params: str | None = None, options: tuple[str, ...] = ()) -> dict:
     argv = [sys.executable, "-m", "kvdiag", "scan", entry, "--build", build, "-j", str(jobs),
             "--devices", devices, "--format", "json"] + (["--batch", batch] if batch else [])
     argv += (["--program", program] if program else []) + (["--params", params] if params else [])
+    for option in options:
+        if option not in OPTIONS:
+            sys.exit(f"bench_scan: unknown variant option +{option} (known: {', '.join(OPTIONS)})")
+        argv += OPTIONS[option]
     if limit:
         argv += ["--limit", str(limit)]
     out = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -63,18 +80,53 @@ def summary(name: str, jobs: int, devices: str, data: dict, base: dict | None) -
            "batch_size": data.get("batch_size"), "processes": data.get("processes"),
            "ran_alone_after_batch": data.get("ran_alone_after_batch", 0)}
     row["program"] = (data.get("program") or {}).get("path")
+    row.update(phase_walls(data))
     if base is not None:
         row["speedup"] = round(base["wall_s"] / data["wall_s"], 2)
         base_verdicts = {p: c["verdict"] for p, c in base["cases"].items()}
         row["verdicts_identical_to_baseline"] = verdicts == base_verdicts
         affected = {p for p, v in verdicts.items() if v == "confirmed"}
-        row["affected_identical_to_baseline"] = affected == {p for p, v in base_verdicts.items() if v == "confirmed"}
+        base_affected = {p for p, v in base_verdicts.items() if v == "confirmed"}
+        row["affected_identical_to_baseline"] = affected == base_affected
+        row["affected_only_in_baseline"] = sorted(base_affected - affected)[:5] + (
+            [f"... {len(base_affected - affected) - 5} more"] if len(base_affected - affected) > 5 else [])
+        row["affected_only_here"] = sorted(affected - base_affected)[:5] + (
+            [f"... {len(affected - base_affected) - 5} more"] if len(affected - base_affected) > 5 else [])
         changed: dict[str, int] = {}
         for p, v in verdicts.items():
             if base_verdicts.get(p) != v:
                 key = f"{base_verdicts.get(p)}->{v}"
                 changed[key] = changed.get(key, 0) + 1
         row["verdict_changes"] = changed
+    return row
+
+
+def parse_variant(name: str) -> dict:
+    """``8@0,1/32:auto+noroute`` → jobs 8, devices 0,1, batch 32, program auto, options (noroute,);
+    +OPTIONs may follow JOBS@DEVICES[/BATCH] or PROGRAM."""
+    spec, _, tail = name.partition(":")
+    spec, *options = spec.split("+")
+    program, *more = tail.split("+") if tail else ("",)
+    jobs, _, rest = spec.partition("@")
+    devices, _, batch = rest.partition("/")
+    return {"jobs": jobs, "devices": devices or "0", "batch": batch, "program": program,
+            "options": tuple(options + more)}
+
+
+def phase_walls(data: dict) -> dict:
+    """Which path ran (routed or not) and each phase's cases, processes and wall."""
+    phases = data.get("phases") or {}
+    row = {"path": phases.get("path"), "not_routed_because": phases.get("why"),
+           "kernel_filter": phases.get("kernel_filter"), "batch_order": phases.get("batch_order")}
+    route, detect = phases.get("route") or {}, phases.get("detect") or {}
+    if route:
+        row.update({"route_cases": route.get("cases"), "route_processes": route.get("processes"),
+                    "route_wall_s": route.get("wall_s"), "reached": route.get("reached"),
+                    "not_reached": route.get("not_reached"), "unrouted": len(route.get("unrouted") or {}),
+                    "launch_changed": phases.get("launch_changed")})
+    if detect:
+        row.update({"detect_cases": detect.get("cases"), "detect_processes": detect.get("processes"),
+                    "detect_wall_s": detect.get("wall_s")})
     return row
 
 
@@ -87,24 +139,24 @@ def main() -> int:
     ap.add_argument("--home", default=None, help="KVDIAG_HOME to use (default: a fresh one); a kept one keeps the "
                                                  "launch probe's program for later commands")
     ap.add_argument("--variant", action="append", default=[],
-                    help="JOBS@DEVICES[/BATCH][:PROGRAM], e.g. 8@0, 8@0,1, 8@0/1, 8@0:plain (repeatable)")
+                    help="JOBS@DEVICES[/BATCH][:PROGRAM][+OPTION...], e.g. 8@0, 8@0,1, 8@0/1, 8@0:plain, "
+                         "8@0:auto+noroute, 8@0:auto+entry (repeatable)")
     args = ap.parse_args()
     variants = args.variant or ["1@0", "8@0"]
     env = dict(os.environ, KVDIAG_HOME=args.home or tempfile.mkdtemp(prefix="kvdiag-bench-home-"))
     # Untimed warm-up (one case): the sanitizer's control, kvdiag's caches and the launch
     # probe's program are made once, here, not inside whichever variant happens to run first.
     started = time.monotonic()
-    scan(args.build, args.entry, 1, variants[0].partition("@")[2].partition("/")[0].partition(":")[0] or "0", 1,
-         env, "1", "auto", args.params)
+    scan(args.build, args.entry, 1, parse_variant(variants[0])["devices"], 1, env, "1", "auto", args.params,
+         ("noroute",))
     print(json.dumps({"variant": "warm-up", "warmup_s": round(time.monotonic() - started, 1)}), flush=True)
     base = None
     walls: dict[tuple[str, str, str], float] = {}
     for name in variants:
-        spec, _, program = name.partition(":")
-        jobs, _, rest = spec.partition("@")
-        devices, _, batch = rest.partition("/")
-        devices = devices or "0"
-        data = scan(args.build, args.entry, int(jobs), devices, args.limit, env, batch, program, args.params)
+        v = parse_variant(name)
+        jobs, devices, batch = v["jobs"], v["devices"], v["batch"]
+        data = scan(args.build, args.entry, int(jobs), devices, args.limit, env, batch, v["program"], args.params,
+                    v["options"])
         row = summary(name, int(jobs), devices, data, base)
         one_gpu = walls.get((jobs, devices.split(",")[0], batch))
         if "," in devices and one_gpu:

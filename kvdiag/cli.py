@@ -21,6 +21,7 @@ from kvdiag.commands.options import Count, IdList, Seconds
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
 from kvdiag.fileio import written_as
+from kvdiag.commands.scan_options import scan_path_options
 from kvdiag.help_text import add_help_blocks, exit_code_lines
 from kvdiag.registry.loader import Registry, load_registry
 from kvdiag.text import clip
@@ -329,23 +330,22 @@ def _parse_sets(sets) -> dict[str, str]:
                    "from a Slurm job array, a Kubernetes Indexed Job or GitLab parallel: (docs/fleets.md).")
 @click.option("--save", type=click.Path(path_type=Path, dir_okay=False),
               help="Also save the scan JSON here, for `kvdiag merge` (it is always saved under the run store).")
-@click.option("--program", type=click.Choice(["auto", "plain"]), default="auto", show_default=True,
-              help="auto: the launch probe's build of test-backend-ops (sanitized cases GPU-only, no CPU reference; "
-                   "every kernel launch listed), else the build's own, saying why. plain: the build's own.")
+@scan_path_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif"]), default="text",
               show_default=True)
 @pass_ctx
 def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, batch, shard, save,
-             program, fmt) -> int:
+             program, route, instrument, batch_order, fmt) -> int:
     """Every affected shape: every test case judged on its own output, in parallel, aggregated.
 
     Without --params the case space is the entry's measured radius for this tree
     (`kvdiag registry radius`), else its [scan]. The output groups the cases by kernel
     instantiation: affected, clean (launched under the detector, no finding), never reached.
 
-    Cases run several to a process (a host starts only a few CUDA processes per
-    second); each case's findings are those printed with it, and a case a batch
-    cannot judge runs again alone. With several GPUs, -j is per GPU and every case
+    A sanitized scan routes first (every case bare, its kernel launches listed) and sanitizes
+    only the cases that reach the entry's kernels. Cases run several to a process (a host
+    starts only a few CUDA processes per second); each case's findings are those printed
+    with it, and a case a batch cannot judge runs again alone. With several GPUs, -j is per GPU and every case
     names the GPU it ran on. With --shard, the cases are dealt by name: the
     shards' saved scans merge (`kvdiag merge`) into the whole scan.
 
@@ -369,7 +369,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
     try:
         result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
                                fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save,
-                               program=program)
+                               program=program, route=route, instrument=instrument, batch_order=batch_order)
     except ScanNotRun as exc:
         from kvdiag.engine.verdict import Verdict
 

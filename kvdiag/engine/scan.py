@@ -15,14 +15,14 @@ affected, unaffected, inconclusive, not supported.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import time
-from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from kvdiag.engine.dispatch import dispatch
 from kvdiag.engine.execute import GateProvider, RunOptions, attempt_step
 from kvdiag.engine.planning import escape_params
 from kvdiag.engine.scan_batch import BatchOutcome, auto_batch_size, batch_step, batchable, run_batch
@@ -69,6 +69,7 @@ class ScanResult:
     program: dict[str, Any] | None = None  # which test-backend-ops ran the cases (engine.launch_program)
     kernels: dict[str, Any] | None = None  # the cases by kernel instantiation (engine.scan_kernels)
     space_source: str | None = None        # where the case space came from (--params, the radius, [scan])
+    phases: dict[str, Any] | None = None   # routed or not, and each phase's cases, processes, wall (engine.scan_phases)
 
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
         return [(p, a) for p, a in self.results.items() if a.verdict is verdict]
@@ -128,6 +129,7 @@ class ScanResult:
             "shard_from": self.shard_from,
             **({"selection": list(self.selection)} if self.shard else {}),
             "program": self.program, "kernels": self.kernels, "space_source": self.space_source,
+            "phases": self.phases,
         }
 
     def ran_alone(self) -> int:
@@ -197,7 +199,16 @@ def scan_step(entry: Entry) -> Step:
 
 
 def _output_note(entry: Entry, step: Step, batch_size: int = 1) -> str | None:
-    """How the scan asks the sanitizer to print, when that differs from `kvdiag run`."""
+    """How the scan asks the sanitizer to print (and what it instruments), when that differs from `kvdiag run`."""
+    note = _print_note(entry, step, batch_size)
+    if step is not None and step.sanitizer and step.kernel_filter:
+        only = (f"only kernels whose mangled name contains {step.kernel_filter} are instrumented "
+                f"(--kernel-name kns={step.kernel_filter})")
+        note = f"{note}; {only}" if note else only
+    return note
+
+
+def _print_note(entry: Entry, step: Step, batch_size: int) -> str | None:
     alone = None
     if entry.scan and (entry.scan.print_limit is not None or entry.scan.sanitizer_options is not None):
         limit = f"--print-limit {step.print_limit}" if step.print_limit is not None else ""
@@ -215,36 +226,41 @@ def _output_note(entry: Entry, step: Step, batch_size: int = 1) -> str | None:
             f"compare with other scans of {entry.id}, not with `kvdiag run`)")
 
 
-# size: one dispatch loop; the worker pool, the device picker and the Ctrl-C path share its state.
 def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, workers: int,
          gate_provider: GateProvider, on_case: Callable[[str, Attempt], None] | None = None,
-         limit: int | None = None, devices: Sequence[Any] = (), batch: int = 1) -> ScanResult:
+         limit: int | None = None, devices: Sequence[Any] = (), batch: int = 1,
+         kernel_filter: str | None = None, cancel: threading.Event | None = None,
+         alone: Sequence[str] = (), in_order: bool = False) -> ScanResult:
     """Run the entry's scan step over the supported cases with `workers` in parallel.
 
     `workers` is per device: each unit of work is handed to the device with the fewest
     units in flight, pinned to it, and names it (with one device too, so that
-    `--devices 1` means GPU 1 and every case says where it ran). `batch` is how many
-    cases one process runs (1: one process per case; 0: as many as spreads the cases
-    evenly over the workers, see scan_batch); a case a batch cannot judge runs again
-    alone. Ctrl-C stops handing out work, cancels the running processes (their groups
-    are killed by the runner) and returns what finished; the caller records it.
+    `--devices 1` means GPU 1 and every case says where it ran; engine.dispatch). `batch`
+    is how many cases one process runs (1: one process per case; 0: as many as spreads the
+    cases evenly over the workers, see scan_batch); a case a batch cannot judge runs again
+    alone. `kernel_filter`: the sanitizer instruments only the kernels whose mangled name
+    contains it (`--kernel-name kns=`). `alone`: cases that run one per process from the start
+    (the route phase saw them fail or end their process; in a batch they would only cost the
+    batch). `in_order`: batches take the cases as given, consecutively, instead of dealt round
+    robin (the caller ordered them: engine.scan_phases groups them by kernel). Ctrl-C stops handing out work, cancels the running
+    processes (their groups are killed by the runner) and returns what finished; the caller
+    records it.
     """
-    pinned = list(devices)
-    per_device = workers
-    workers = per_device * max(1, len(pinned))
-    inflight: dict[int, int] = {i: 0 for i in range(len(pinned))}
-    device_of: dict[Future, int] = {}
     step = scan_step(entry)
+    if kernel_filter:
+        step = dataclasses.replace(step, kernel_filter=kernel_filter)
     cases: Sequence[str] = space.supported[:limit] if limit else space.supported
     numbered = list(enumerate(cases, start=1))
-    size = auto_batch_size(len(numbered), workers) if batch == 0 else max(1, batch)
+    all_workers = workers * max(1, len(devices))
+    size = auto_batch_size(len(numbered), all_workers) if batch == 0 else max(1, batch)
     if size > 1 and not batchable(step):
         size = 1
-    result = ScanResult(entry_id=entry.id, space=space, workers=workers, batch_size=size,
+    result = ScanResult(entry_id=entry.id, space=space, workers=all_workers, batch_size=size,
                         sanitizer_output=_output_note(entry, step, size))
-    cancel = threading.Event()
+    cancel = cancel or threading.Event()
     started = time.monotonic()
     index_of = dict((p, i) for i, p in numbered)
+    numbers = itertools.count(1)
 
     def one(index: int, params: str, device: Any) -> dict[str, Attempt]:
         options = RunOptions(overrides={"params": exact_case_regex(params)}, cancel=cancel, device=device,
@@ -258,63 +274,45 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
         return run_batch(entry, step, target, run_dir, number=number, cases=unit, options=options,
                          gate_provider=gate_provider)
 
+    def start(unit: list[tuple[int, str]], device: Any):
+        result.processes += 1
+        if len(unit) == 1:
+            return lambda: one(unit[0][0], unit[0][1], device)
+        number = next(numbers)
+        return lambda: several(number, unit, device)
+
     def record(attempts: dict[str, Attempt]) -> None:
         for params, attempt in attempts.items():
             result.results[params] = attempt
             if on_case:
                 on_case(params, attempt)
 
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvdiag-scan")
-    pending: set[Future] = set()
-    submitted: list[Future] = []
-    queue: deque[list[tuple[int, str]]] = deque(deal(numbered, size))
-    batches = 0
-    try:
-        while queue or pending:
-            while queue and len(pending) < workers and not cancel.is_set():
-                unit = queue.popleft()
-                slot = min(inflight, key=inflight.get) if pinned else None
-                device = pinned[slot] if slot is not None else None
-                if len(unit) == 1:
-                    future = pool.submit(one, unit[0][0], unit[0][1], device)
-                else:
-                    batches += 1
-                    future = pool.submit(several, batches, unit, device)
-                if slot is not None:
-                    inflight[slot] += 1
-                    device_of[future] = slot
-                submitted.append(future)
-                pending.add(future)
-                result.processes += 1
-            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            for future in done:
-                slot = device_of.pop(future, None)
-                if slot is not None:
-                    inflight[slot] -= 1
-                outcome = future.result()
-                if isinstance(outcome, BatchOutcome):
-                    result.batches.append(_batch_row(outcome, pinned[slot] if slot is not None else None))
-                    record(outcome.resolved)
-                    for params in reversed(outcome.again):   # alone, before the batches still queued
-                        queue.appendleft([(index_of[params], params)])
-                else:
-                    record(outcome)
-    except KeyboardInterrupt:
-        cancel.set()
-        result.interrupted = True
-        # Every unit handed out, not only `pending`: a Ctrl-C that lands while the cases of
-        # one wait() are being recorded (or in on_case) must not lose the rest of them.
-        for future in submitted:
-            try:
-                outcome = future.result()
-            except Exception:  # a worker that broke while being cancelled loses only its own cases
-                continue
-            for params, attempt in (outcome.resolved if isinstance(outcome, BatchOutcome) else outcome).items():
-                result.results.setdefault(params, attempt)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    def finish(unit, outcome, device) -> list[list[tuple[int, str]]]:
+        if not isinstance(outcome, BatchOutcome):
+            record(outcome)
+            return []
+        result.batches.append(_batch_row(outcome, device))
+        record(outcome.resolved)
+        return [[(index_of[params], params)] for params in outcome.again]   # alone, before the batches queued
+
+    def salvage(outcome) -> None:
+        for params, attempt in (outcome.resolved if isinstance(outcome, BatchOutcome) else outcome).items():
+            result.results.setdefault(params, attempt)
+
+    result.interrupted = dispatch(units_of(numbered, size, alone, in_order), start, finish, workers=workers, devices=devices,
+                                  cancel=cancel, salvage=salvage)
     result.wall_s = time.monotonic() - started
     return result
+
+
+def units_of(numbered: Sequence[tuple[int, str]], size: int, alone: Sequence[str],
+             in_order: bool) -> list[list[tuple[int, str]]]:
+    """The units of work: the `alone` cases one per process first, then the rest in batches, taken
+    consecutively (`in_order`) or dealt round robin."""
+    apart = set(alone)
+    rest = [case for case in numbered if case[1] not in apart]
+    batches = [rest[i:i + size] for i in range(0, len(rest), size)] if in_order else deal(rest, size)
+    return [[case] for case in numbered if case[1] in apart] + batches
 
 
 def deal(numbered: Sequence[tuple[int, str]], size: int) -> list[list[tuple[int, str]]]:

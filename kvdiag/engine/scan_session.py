@@ -8,7 +8,8 @@ from typing import Any
 
 from kvdiag import __version__
 from kvdiag.engine.gates import controls_gate_provider
-from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, scan, scan_step
+from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, scan_step
+from kvdiag.engine.scan_phases import entry_kernel_filter, run_phases, why_not_routed
 from kvdiag.engine.launch_proof import family_patterns
 from kvdiag.engine.scan_kernels import group_by_kernel
 from kvdiag.registry.radius import radius_params, tables_for
@@ -47,7 +48,8 @@ def shard_space(space: CaseSpace, limit: int | None, shard: Shard | None) -> tup
 def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None, params: str | None,
              limit: int | None, sanitizer: Path | None, devices: str | None = None,
              batch: int = 1, progress: Progress | None = None, shard: Shard | None = None,
-             program: str = "auto") -> ScanResult:
+             program: str = "auto", route: bool = True, instrument: str = "all",
+             batch_order: str = "dealt") -> ScanResult:
     if not entry.scan and not (op and params) and not entry.radius:
         raise UsageError(f"{entry.id} declares no case space: give --op and --params")
     progress = progress or Progress()
@@ -94,11 +96,14 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
                  + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else "")
                  + (", several cases per process" if batched else ", one process per case"))
     gate_provider = controls_gate_provider(home, target, run_dir.logs)
+    kernel_filter, instrument_note = instrumented(entry, instrument, progress)
     try:
         progress.begin("cases", cases)
-        result = scan(entry, target, run_dir, space=space, workers=workers, gate_provider=gate_provider,
-                      devices=chosen, batch=batch, limit=None if shard else limit,
-                      on_case=lambda params, attempt: progress.advance(f"{attempt.verdict.value}: {params}"))
+        result = run_phases(entry, target, run_dir, space=space, workers=workers, gate_provider=gate_provider,
+                            devices=chosen, batch=batch, limit=None if shard else limit,
+                            not_routed=why_not_routed(entry, program_record, route), kernel_filter=kernel_filter,
+                            instrument_note=instrument_note, progress=progress, batch_order=batch_order,
+                            on_case=lambda params, attempt: progress.advance(f"{attempt.verdict.value}: {params}"))
     except KeyboardInterrupt:  # a second Ctrl-C while the first one's cases were being collected
         run_dir.write_record(RunRecord(entry=entry.id, status="interrupted", kind="scan", fields={
             "target": target.to_dict(), "op": op, "params": params,
@@ -117,6 +122,15 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
                                    fields={"target": target.to_dict(), "scan": data}))
     save_scan(scan_document(result), run_dir.path / SCAN_FILE)
     return result
+
+
+def instrumented(entry: Entry, instrument: str, progress: Progress) -> tuple[str | None, str]:
+    """(the sanitizer's kernel filter or None, what the scan instruments) for ``--instrument``."""
+    if instrument != "entry":
+        return None, "every kernel instrumented (--instrument all)"
+    kernel_filter, note = entry_kernel_filter(entry)
+    progress.say(f"--instrument entry: {note}")
+    return kernel_filter, note
 
 
 def scan_document(result: ScanResult) -> dict:

@@ -35,6 +35,31 @@ def _shard_line(d: Mapping[str, Any]) -> str:
     return ""
 
 
+def phases_lines(d: Mapping[str, Any]) -> list[str]:
+    """Which path ran (routed or not, and why not) and what each phase cost; the cases whose launches
+    differed between the phases. Nothing for a scan saved before scans had phases."""
+    phases = d.get("phases")
+    if not isinstance(phases, Mapping):
+        return []
+    detect = phases.get("detect") or {}
+    route = phases.get("route")
+    if not isinstance(route, Mapping):
+        return [f"phases: not routed: {phases.get('why')}"]
+    entry = d.get("entry")
+    lines = [f"phases: routed: route {route.get('cases')} case(s) in {route.get('processes')} process(es), "
+             f"{float(route.get('wall_s') or 0):.1f} s: {route.get('reached')} reach {entry}'s kernels, "
+             f"{route.get('not_reached')} reach none of {entry}'s kernels (judged without the sanitizer), "
+             f"{len(route.get('unrouted') or {})} unrouted; detect {detect.get('cases')} case(s) under the "
+             f"sanitizer in {detect.get('processes')} process(es), {float(detect.get('wall_s') or 0):.1f} s"]
+    changes = phases.get("launch_changes") or []
+    if changes:
+        first = changes[0]
+        lines.append(f"launches differed between the phases in {phases.get('launch_changed')} case(s), e.g. "
+                     f"{first['case']}: only under the sanitizer: {', '.join(first['only_detect']) or '-'}; "
+                     f"only in the route phase: {', '.join(first['only_route']) or '-'}")
+    return lines
+
+
 def render_scan_data(d: Mapping[str, Any], where: str) -> str:
     """The scan ``d`` as text; ``where`` is its last line (its run folder, or the merged file)."""
     cases = d["cases"]
@@ -47,7 +72,7 @@ def render_scan_data(d: Mapping[str, Any], where: str) -> str:
                   for k, v in (d.get("devices") or {}).items()]
     return render("scan.txt.j2", d=d, table=tabulate(rows, headers=["verdict", "errors", "site", "s", "case"]),
                   supported=len(cases) + len(d.get("not_run") or []), per_device=per_device,
-                  shard_line=_shard_line(d),
+                  shard_line=_shard_line(d), phases_lines=phases_lines(d),
                   again_reasons=list(dict.fromkeys(b["why_again"] for b in d.get("batches") or [] if b["why_again"])),
                   counts=counts, other=other, where=where, k=d.get("kernels"),
                   program=ScanProgram.from_dict(d.get("program")),

@@ -154,11 +154,37 @@ def _merged(scans: Sequence[Mapping[str, Any]], count: int) -> dict[str, Any]:
         "counts": {v: sum(1 for c in cases.values() if c["verdict"] == v) for v in VERDICTS},
         "devices": devices, "started_at": started_at, "shard": None, "shard_from": None,
         **({"range": first["range"]} if first.get("range") else {}),   # one target, so one tree and range
+        "phases": merged_phases(scans),
         "merged_from": [{"shard": s["shard"], "shard_from": s.get("shard_from"), "started_at": s.get("started_at"),
                          "wall_s": s.get("wall_s"), "cases": len(s["cases"]),
                          "host": ((s.get("target") or {}).get("environment") or {}).get("host", {}).get("hostname")}
                         for s in sorted(scans, key=lambda s: parse_shard(s["shard"]))],
     }
+
+
+def merged_phases(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The shards' phases as one scan's (engine.scan_phases): each phase's cases, processes and the
+    routing counts summed, walls the longest shard's; None unless every shard ran the same path."""
+    parts = [s.get("phases") for s in scans]
+    if not all(isinstance(p, Mapping) for p in parts) or len({p.get("path") for p in parts}) != 1:
+        return None
+    first = parts[0]
+    out = {**first, "launch_changes": [c for p in parts for c in p.get("launch_changes") or []],
+           "launch_changed": sum(int(p.get("launch_changed") or 0) for p in parts),
+           "detect": _phase_sum([p.get("detect") or {} for p in parts])}
+    if isinstance(first.get("route"), Mapping):
+        routes = [p["route"] for p in parts]
+        out["route"] = {**_phase_sum(routes), "reached": sum(int(r.get("reached") or 0) for r in routes),
+                        "not_reached": sum(int(r.get("not_reached") or 0) for r in routes),
+                        "unrouted": {c: w for r in routes for c, w in (r.get("unrouted") or {}).items()},
+                        "batches": [b for r in routes for b in r.get("batches") or []]}
+    return out
+
+
+def _phase_sum(phases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"cases": sum(int(p.get("cases") or 0) for p in phases),
+            "processes": sum(int(p.get("processes") or 0) for p in phases),
+            "wall_s": max((float(p.get("wall_s") or 0.0) for p in phases), default=0.0)}
 
 
 def _parse_time(text: Any) -> datetime | None:

@@ -351,7 +351,9 @@ def test_ctrl_c_keeps_every_finished_case_even_mid_recording(monkeypatch):
             pass
         return Attempt("fast", index, Verdict.INCONCLUSIVE, "interrupted", Evidence())
 
-    real_wait = scan_mod.wait
+    import kvdiag.engine.dispatch as dispatch_mod
+
+    real_wait = dispatch_mod.wait
 
     def wait_after_the_quick_ones(fs, timeout=None, return_when=None):
         for _ in range(3):
@@ -363,7 +365,7 @@ def test_ctrl_c_keeps_every_finished_case_even_mid_recording(monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(scan_mod, "attempt_step", fake_attempt)
-    monkeypatch.setattr(scan_mod, "wait", wait_after_the_quick_ones)
+    monkeypatch.setattr(dispatch_mod, "wait", wait_after_the_quick_ones)   # the pool both phases share
     entry = type("E", (), {"id": "D920", "scan": None, "default_step": None})()
     space = CaseSpace(OP, "x", tuple(f"c{i}" for i in range(1, 7)), ())
     r = scan(entry, None, RunDir(Path("unused")), space=space, workers=4, gate_provider=None, on_case=on_case)

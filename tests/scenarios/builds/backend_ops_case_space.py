@@ -10,6 +10,8 @@ behaves by its `nb=` marker:
             kv=113 adds a second tile instantiation at the same line, as recorded on the
             H200), then `CUDA error: unspecified launch failure` and SIGABRT. Bare: OK.
     nb=32   OK
+    nb=1    OK, and it launches only the vector kernel and its combiner (none of D2's
+            kernels), as the H200 recorded for 901 cases of D2's whole-op scan
     nb=75   a different death: `CUDA error: out of memory` at ggml-cuda.cu:96, SIGABRT
     nb=512  hangs: forks a grandchild, both sleep forever
 
@@ -18,7 +20,8 @@ the real printer). `test` mode runs the cases `-p` selects (kvdiag's scan select
 `launch` mode (the launch probe's, probes/test-backend-ops-launch.patch) runs them the same
 way; with KVDIAG_PRINT_LAUNCHES set a case prints the probe's `kvdiag-launch:` line of its
 kernel before it runs (nb=3 and nb=32 cases: the MMA kernel whose instantiation follows nr23),
-and every process appends its mode to `<build>/modes.log`.
+and every process appends its mode to `<build>/modes.log`. A case that runs under the
+sanitizer appends its parameters to `<build>/sanitized.log` (what a routed scan must spare).
 
 For the tests, every test-mode process records itself: its `-p` pattern is appended to
 `<build>/invocations.log`, and a file `<build>/pids/<pid>.<role>` is made for itself
@@ -185,10 +188,28 @@ LAUNCH = ("void flash_attn_ext_f16<256, 256, {c1}, {c2}, false, false>(char cons
           "int, int, long)")
 
 
+VEC_LAUNCHES = ("void flash_attn_ext_vec<256, 1, (ggml_type)1, (ggml_type)1, false>(char const*, char const*, "
+                "char const*, char const*, char const*, int const*, float*, float2*, float, float, float, float, "
+                "unsigned int, float, int, uint3, int, int, int, int, int, int, int, int, int, int, int, long, int, "
+                "int, long, int, int, int, int, int, long)",
+                "void flash_attn_combine_results<256>(float const*, float2 const*, float*, int)")
+
+
 def launch_line(params: str) -> None:
-    if os.environ.get("KVDIAG_PRINT_LAUNCHES") and param(params, "nb") in ("3", "32"):
+    if not os.environ.get("KVDIAG_PRINT_LAUNCHES"):
+        return
+    if param(params, "nb") in ("3", "32"):
         c1, c2 = ("4", "4") if param(params, "nr23") == "[4,1]" else ("8", "1")
         fakeops.out("kvdiag-launch: " + LAUNCH.format(c1=c1, c2=c2))
+    elif param(params, "nb") == "1":
+        for launch in VEC_LAUNCHES:
+            fakeops.out("kvdiag-launch: " + launch)
+
+
+def log_sanitized(params: str) -> None:
+    if fakeops.under_sanitizer():
+        with open(fakeops.BUILD / "sanitized.log", "a") as fh:
+            fh.write(params + "\n")
 
 
 def test_mode() -> None:
@@ -205,6 +226,7 @@ def test_mode() -> None:
             passed += 1
             continue
         nb = param(params, "nb")
+        log_sanitized(params)
         launch_line(params)
         if nb == "3" and fakeops.under_sanitizer():
             diverge(params)
