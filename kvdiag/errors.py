@@ -108,6 +108,11 @@ class ScanNotRun(KvdiagError):
         self.verdict = verdict
 
 
+class CaseListingFailed(KvdiagError):
+    """test-backend-ops could not list an op's cases (it did not start, crashed or exited non-zero
+    before printing any): an empty listing from a failed program is not "no case here"."""
+
+
 class TemplateProblem(UsageError):
     """A step cannot be rendered against this build (a missing binary, variable or env)."""
 

@@ -28,7 +28,7 @@ from kvdiag.engine.planning import escape_params
 from kvdiag.engine.scan_batch import BatchOutcome, auto_batch_size, batch_step, batchable, run_batch
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Verdict
-from kvdiag.errors import UsageError
+from kvdiag.errors import CaseListingFailed, UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.proc.runner import run_command
@@ -168,10 +168,19 @@ def enumerate_cases(target: Target, op: str, params: str, run_dir: RunDir, backe
     result = run_command([str(binary), "support", "-o", op, "-b", backend, "-p", params],
                          timeout=ENUMERATE_TIMEOUT_S, log_dir=run_dir.logs, name="enumerate", tty=True)
     report = parse_backend_ops(result.stdout_text())
+    if not result.ok and not any(c.op == op for c in report.cases):
+        raise CaseListingFailed(f"`test-backend-ops support` could not list the {op} cases "
+                                f"({result.describe()}): {_last_line(result)}")
     supported = tuple(c.params for c in report.cases if c.op == op and c.status == "SUPPORTED")
     unsupported = tuple(c.params for c in report.cases if c.op == op and c.status == "NOT_SUPPORTED")
     listed = tuple(c.params for c in report.cases if c.op == op)
     return CaseSpace(op=op, params=params, supported=supported, not_supported=unsupported, listed=listed)
+
+
+def _last_line(result) -> str:
+    """The program's own last words: a loader's "symbol lookup error", an abort message."""
+    lines = [ln.strip() for ln in (result.combined_text() or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else "it printed nothing"
 
 
 def exact_case_regex(params: str) -> str:

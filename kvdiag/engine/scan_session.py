@@ -18,7 +18,7 @@ from kvdiag.engine.target import prepare_target
 from kvdiag.target.build import check_build_dir
 from kvdiag.engine.devices import select_devices
 from kvdiag.records.scan_program import ProbeBuild, ScanProgram
-from kvdiag.errors import ScanNotRun, UsageError
+from kvdiag.errors import CaseListingFailed, ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.proc.slots import slots_for_memory
 from kvdiag.progress import Progress
@@ -69,7 +69,14 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
             "target": target.to_dict(), "verdict": judgement.verdict, "reason": reason}))
         raise ScanNotRun(judgement.verdict, reason)
     target, program_record = choose_program(target, program, entry, progress)
-    whole = enumerate_cases(target, op, params, run_dir)
+    try:
+        whole = enumerate_cases(target, op, params, run_dir)
+    except CaseListingFailed as exc:
+        reason = f"{entry.id} cannot be scanned here: inconclusive: {exc}"
+        run_dir.write_record(RunRecord(entry=entry.id, status="finished", kind="scan", fields={
+            "target": target.to_dict(), "verdict": "inconclusive", "reason": reason,
+            "program": program_record, "space_source": space_source}))
+        raise ScanNotRun("inconclusive", reason) from None
     presence = target.range_evidence(entry)
     if not whole.supported:
         verdict, reason = _nothing_to_scan(entry, step, whole, presence)

@@ -498,3 +498,40 @@ def test_the_scan_section_sets_the_sanitizer_output_of_every_case(kv):
     for argv in argvs:
         i = argv.index("--print-limit")
         assert argv[i + 1] == "1" and argv[argv.index("--show-backtrace") + 1] == "no"
+
+
+# ------------------------------------------------------------------ a program that cannot list its cases
+
+def test_a_program_that_dies_before_listing_is_not_an_empty_case_space(kv):
+    """On an H200 a test-backend-ops whose libggml-cuda.so bound a stub libcuda.so.1 died in
+    `support` mode (`symbol lookup error`, exit 127) and the scan said "0 cases: not exercised by
+    this build's tests". A listing the program never printed is a failure to show, not a space."""
+    from kvdiag.errors import CaseListingFailed
+
+    target = kv.target(kv.build("backend_ops_symbol_lookup_error"), sanitizer=kv.sanitizer())
+    with pytest.raises(CaseListingFailed) as caught:
+        enumerate_cases(target, OP, "hsk=256", RunDir(kv.root / "listing"))
+    assert "(exit 127)" in str(caught.value)
+    assert "symbol lookup error" in str(caught.value) and "cuDeviceGet" in str(caught.value)
+
+
+def test_the_scan_of_such_a_program_is_inconclusive_in_one_line(kv, monkeypatch, capsys):
+    import kvdiag.engine.scan_session as session
+    from engine_helpers import fake_gpu
+
+    real = session.prepare_target
+
+    def with_a_gpu(*args, **kwargs):
+        target = real(*args, **kwargs)
+        return dataclasses.replace(target, environment=dataclasses.replace(target.environment, gpu=fake_gpu()))
+
+    monkeypatch.setattr(session, "prepare_target", with_a_gpu)
+    kv.entry("D922", scan_entry_body(HANG_TIMEOUT))
+    build = kv.build("backend_ops_symbol_lookup_error")
+    rc = main(["--registry", str(kv.registry_dir), "scan", "D922", "--build", str(build), "--no-route",
+               "--sanitizer", str(kv.sanitizer())])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 4, err
+    assert err[-1].startswith("kvdiag: D922 cannot be scanned here: inconclusive: `test-backend-ops support` "
+                              "could not list the FLASH_ATTN_EXT cases (exit 127): ")
+    assert "nothing to scan" not in "\n".join(err)
