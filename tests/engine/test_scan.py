@@ -503,7 +503,7 @@ def test_the_scan_section_sets_the_sanitizer_output_of_every_case(kv):
 # ------------------------------------------------------------------ a program that cannot list its cases
 
 def test_a_program_that_dies_before_listing_is_not_an_empty_case_space(kv):
-    """On an H200 a test-backend-ops whose libggml-cuda.so bound a stub libcuda.so.1 died in
+    """On an H200 a test-backend-ops whose libggml-cuda.so lacked the driver library died in
     `support` mode (`symbol lookup error`, exit 127) and the scan said "0 cases: not exercised by
     this build's tests". A listing the program never printed is a failure to show, not a space."""
     from kvdiag.errors import CaseListingFailed

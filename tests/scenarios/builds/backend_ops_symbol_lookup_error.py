@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A build whose test-backend-ops answers --help and --list-ops but dies in every mode that
-initialises CUDA, as the dynamic loader makes it die when libggml-cuda.so resolves the driver's
-symbols against the wrong libcuda.so.1 (seen on an H200: a stub driver library left on the
-library's rpath): `symbol lookup error: … undefined symbol: cuDeviceGet`, exit 127, no case listed."""
+initialises CUDA, as the dynamic loader makes it die when libggml-cuda.so does not list the driver
+library at all (seen on an H200 with a library linked on a host without a driver, against a stub
+libcuda that defined none of the driver's functions, so the linker dropped it): `symbol lookup
+error: … undefined symbol: cuDeviceGet`, exit 127, no case listed."""
 import sys
 
 import fakeops
