@@ -67,7 +67,7 @@ def test_report_of_the_d2_run_is_ready_to_paste(d2, home: Path) -> None:
     assert f"- `{D2_INSTANTIATION}`" in text
     assert "```\n========= Barrier error detected. Divergent thread(s) in block.\n" in text
     for row in ("| GPU | NVIDIA H200, cc 9.0 (sm\\_90) |", "| driver | 580.159.04 (supports CUDA 13.0) |",
-                "| CUDA runtime | 13.0 |", "| compute-sanitizer | 2025.3.1 |", "| nvcc | 13.0.88 |",
+                "| CUDA runtime of kvdiag's GPU probe (cupy or pycuda; not the build's) | 13.0 |", "| compute-sanitizer | 2025.3.1 |", "| nvcc | 13.0.88 |",
                 "| commit | d99724f2a0c6b2c4e9f1d3b5a7c9e1f3a5b7c9d1 (v0.9.4-112-gd99724f2) |",
                 "| uncommitted changes | no |", "| CUDA flags | -lineinfo |",
                 "| -lineinfo | yes (CMAKE\\_CUDA\\_FLAGS: -lineinfo) |",

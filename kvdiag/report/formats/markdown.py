@@ -76,7 +76,7 @@ def fingerprint_rows(t) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     if t.gpu_count > 1:
         gpu += f", {t.gpu_count} devices"
     driver = show(t.driver) + (f" (supports CUDA {t.driver_cuda})" if t.driver_cuda else "")
-    env = [("GPU", gpu), ("driver", driver), ("CUDA runtime", show(t.runtime)),
+    env = [("GPU", gpu), ("driver", driver), ("CUDA runtime of kvdiag's GPU probe (cupy or pycuda; not the build's)", show(t.runtime)),
            ("compute-sanitizer", show(t.sanitizer_version, "not found")), ("nvcc", show(t.nvcc, "not found")),
            ("host", show(t.hostname)), ("OS", show(t.os)), ("machine key", show(t.machine_key))]
     return build, env
