@@ -22,7 +22,8 @@
 
 What is not the seed's: the tokenizer (kvdiag's byte-fallback vocabulary padded
 with unused tokens to 248320 rows, so ``token_embd`` and ``output`` have the
-real size) and of course the weights. About 26.9 billion parameters, 26.7 GiB.
+real size) and of course the weights. 27,320,692,736 parameters, a 27.0 GiB file (measured on an
+H200: written in 115.6 s with a peak RSS of 230.8 MiB).
 """
 
 from __future__ import annotations
