@@ -9,6 +9,7 @@ their parsers: their callers turn them into one of these or into a problem line.
 
 from __future__ import annotations
 
+import errno
 from typing import Any, Sequence
 
 from kvdiag.exitcodes import ExitCode
@@ -42,6 +43,13 @@ class CommandError(KvdiagError):
 
 class CommandNotFound(CommandError):
     """The program does not exist, is not a file, or cannot be executed. Nothing was started."""
+
+    @property
+    def arguments_too_long(self) -> bool:
+        """The kernel refused the command line itself (E2BIG, "Argument list too long": one argument
+        over MAX_ARG_STRLEN, or argv and environment over ARG_MAX); the same program with a shorter
+        command line starts. The runner's message carries the child's ``[Errno N]`` (kvdiag.proc.runner)."""
+        return f"[Errno {errno.E2BIG}]" in str(self)
 
 
 class CommandInterrupted(KeyboardInterrupt):

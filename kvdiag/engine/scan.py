@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 from kvdiag.engine.dispatch import dispatch
 from kvdiag.engine.execute import GateProvider, RunOptions, attempt_step
 from kvdiag.engine.planning import escape_params
-from kvdiag.engine.scan_batch import BatchOutcome, auto_batch_size, batch_step, batchable, run_batch
+from kvdiag.engine.scan_batch import (BatchOutcome, auto_batch_size, batch_step, batchable, cases_per_pattern,
+                                      run_batch)
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Verdict
 from kvdiag.errors import CaseListingFailed, UsageError
@@ -246,8 +247,9 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     units in flight, pinned to it, and names it (with one device too, so that
     `--devices 1` means GPU 1 and every case says where it ran; engine.dispatch). `batch`
     is how many cases one process runs (1: one process per case; 0: as many as spreads the
-    cases evenly over the workers, see scan_batch); a case a batch cannot judge runs again
-    alone. `kernel_filter`: the sanitizer instruments only the kernels whose mangled name
+    cases evenly over the workers, see scan_batch), never more than keep its one `-p` regex
+    under scan_batch.MAX_PATTERN_BYTES; a case a batch cannot judge runs again alone.
+    `kernel_filter`: the sanitizer instruments only the kernels whose mangled name
     contains it (`--kernel-name kns=`). `alone`: cases that run one per process from the start
     (the route phase saw them fail or end their process; in a batch they would only cost the
     batch). `in_order`: batches take the cases as given, consecutively, instead of dealt round
@@ -264,6 +266,7 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     size = auto_batch_size(len(numbered), all_workers) if batch == 0 else max(1, batch)
     if size > 1 and not batchable(step):
         size = 1
+    size = min(size, cases_per_pattern(cases)) if size > 1 else size   # its -p under the kernel's limit
     result = ScanResult(entry_id=entry.id, space=space, workers=all_workers, batch_size=size,
                         sanitizer_output=_output_note(entry, step, size))
     cancel = cancel or threading.Event()
@@ -302,7 +305,8 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
             return []
         result.batches.append(_batch_row(outcome, device))
         record(outcome.resolved)
-        return [[(index_of[params], params)] for params in outcome.again]   # alone, before the batches queued
+        alone_again = [[(index_of[params], params)] for params in outcome.again]
+        return alone_again + outcome.split      # before the batches queued
 
     def salvage(outcome) -> None:
         for params, attempt in (outcome.resolved if isinstance(outcome, BatchOutcome) else outcome).items():
@@ -339,6 +343,8 @@ def deal(numbered: Sequence[tuple[int, str]], size: int) -> list[list[tuple[int,
 
 
 def _batch_row(outcome: BatchOutcome, device: Any) -> dict[str, Any]:
-    return {"cases": len(outcome.resolved) + len(outcome.again), "judged": len(outcome.resolved),
-            "again": len(outcome.again), "why_again": outcome.why_again, "wall_s": round(outcome.wall_s, 3),
+    split = sum(len(half) for half in outcome.split)
+    return {"cases": len(outcome.resolved) + len(outcome.again) + split, "judged": len(outcome.resolved),
+            "again": len(outcome.again), "split": split, "why_again": outcome.why_again,
+            "wall_s": round(outcome.wall_s, 3),
             "device": getattr(device, "index", None), "log": outcome.log}

@@ -12,13 +12,19 @@ affected case). `kvdiag.parse.case_segments` gives each case its findings; each 
 is then judged exactly as a one-case run is (same matchers, same controls gate).
 Whatever cannot be trusted goes back to one process per case: a process that did not
 finish its report, errors the split cannot account for, a case with no status, a
-FAIL (whose exit status would be its own when alone).
+FAIL (whose exit status would be its own when alone). A process that could not start
+at all says nothing about its cases: a command line too long for the kernel is cut in
+two batches, any other exec error is every case's reason (alone, each would fail the same).
+
+The one `-p` regex of a batch is capped in bytes (MAX_PATTERN_BYTES, cases_per_pattern):
+every caller that puts several cases in one process sizes its batches with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -30,7 +36,7 @@ from kvdiag.engine.judge import judge_attempt
 from kvdiag.engine.observe import observe_segment
 from kvdiag.engine.planning import TemplateProblem, escape_params
 from kvdiag.engine.target import Target
-from kvdiag.engine.verdict import Attempt
+from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.engine.wrapping import sanitizer_invocation
 from kvdiag.parse.case_segments import split_cases
 from kvdiag.parse.text import strip_ansi
@@ -39,6 +45,14 @@ from kvdiag.registry.entry import Entry, Step
 from kvdiag.store.runs import RunDir
 
 MAX_BATCH = 32
+MAX_PATTERN_BYTES = 96 * 1024
+"""The most bytes one process's `-p` regex may take. Linux refuses to start a program one of whose
+arguments is over MAX_ARG_STRLEN (32 pages: 131072 bytes with its NUL) with E2BIG, "Argument list too
+long", whatever ARG_MAX (argv and environment together, a quarter of the stack limit: 2 MiB at 8 MiB)
+allows. On the H200 the BeeLlama fork's FLASH_ATTN_EXT cases (about 400 bytes each, escaped) put about
+478 cases in each route process: a regex of 194,266 bytes, and no route process started
+(docs/performance.md). 96 KiB keeps a margin under the kernel's limit for any case length."""
+ARGV_ROOM = 16 * 1024      # under ARG_MAX, for the rest of a command line: program, options, the sanitizer's own
 # Statuses a case may be judged on from a batch; anything else runs again alone.
 _JUDGED_HERE = ("OK", "NOT_SUPPORTED")
 
@@ -47,6 +61,7 @@ _JUDGED_HERE = ("OK", "NOT_SUPPORTED")
 class BatchOutcome:
     resolved: dict[str, Attempt] = field(default_factory=dict)   # params -> the case's attempt
     again: list[str] = field(default_factory=list)                # cases to run one per process
+    split: list[list[tuple[int, str]]] = field(default_factory=list)   # its command line too long: two batches
     why_again: str | None = None
     wall_s: float = 0.0
     log: str | None = None
@@ -55,6 +70,25 @@ class BatchOutcome:
 def batch_regex(cases: Sequence[str]) -> str:
     """A -p regex that matches exactly these cases' parameter strings."""
     return "^(" + "|".join(escape_params(p) for p in cases) + ")$"
+
+
+def pattern_cap() -> int:
+    """MAX_PATTERN_BYTES, or less where this host's ARG_MAX leaves less room beside kvdiag's
+    environment (which the child inherits) and the rest of the command line (ARGV_ROOM)."""
+    try:
+        arg_max = os.sysconf("SC_ARG_MAX")
+    except (ValueError, OSError):
+        return MAX_PATTERN_BYTES
+    pointer = 8
+    environment = sum(len(k) + len(v) + 2 + pointer for k, v in os.environb.items())
+    return max(4096, min(MAX_PATTERN_BYTES, arg_max - environment - ARGV_ROOM))
+
+
+def cases_per_pattern(cases: Sequence[str]) -> int:
+    """The most of ``cases`` one batch_regex may hold within pattern_cap(), judged by the longest
+    (escaped, in bytes): any batch of that many of them stays under the cap."""
+    longest = max((len(escape_params(c).encode()) for c in cases), default=1)
+    return max(1, (pattern_cap() - len("^()$")) // (longest + 1))
 
 
 def auto_batch_size(n_cases: int, workers: int) -> int:
@@ -116,7 +150,7 @@ def run_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, numb
         out.wall_s = time.monotonic() - started
         return out   # Ctrl-C: its cases stay unrun (listed as such); the log is on disk
     except CommandNotFound as exc:
-        return _again(out, params, str(exc))
+        return not_started(out, step, cases, exc, options)
     out.wall_s = time.monotonic() - started
     out.log = str(run_dir.logs / f"{name}.stdout.log")
     text = strip_ansi(result.stdout_text())
@@ -157,4 +191,22 @@ def _command_record(result: Any, segment) -> dict[str, Any]:
 def _again(out: BatchOutcome, params: Sequence[str], why: str) -> BatchOutcome:
     out.again = list(params)
     out.why_again = why
+    return out
+
+
+def not_started(out: BatchOutcome, step: Step, cases: Sequence[tuple[int, str]], exc: CommandNotFound,
+                options: RunOptions) -> BatchOutcome:
+    """A batch whose process could not start: a harness problem, not its cases'. A command line too
+    long is cut in two batches; any other exec error would fail each case alone the same way, so it
+    is every case's reason (skipped, as a case alone gets it: engine.execute), without a process each."""
+    if exc.arguments_too_long and len(cases) > 1:
+        half = len(cases) // 2
+        out.split = [list(cases[:half]), list(cases[half:])]
+        out.why_again = f"split in two batches: {exc}"
+        return out
+    device = describe(options.device) if options.device is not None else None
+    reason = f"not run: its batch's process could not start: {exc}"
+    out.resolved = {case: Attempt(step=step.name, index=index, verdict=Verdict.SKIPPED, reason=reason,
+                                  evidence=Evidence(), device=device) for index, case in cases}
+    out.why_again = f"not started: {exc}"
     return out

@@ -115,6 +115,8 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
     routed = route(entry, scan_step(entry), target, run_dir, cases=cases, workers=workers, devices=devices,
                    gate_provider=gate_provider, cancel=cancel, on_case=on_case)
     detect = routed.to_detect(cases) if not routed.interrupted else ()
+    if routed.start_failure():
+        progress.say(f"route: {routed.start_failure()}")
     if not routed.interrupted:
         progress.say(f"route: {len(routed.reached)} case(s) reach {entry.id}'s kernels, {len(routed.routed)} do not "
                      f"(judged without the sanitizer), {len(routed.unrouted)} unrouted; detect: {len(detect)} case(s) "
@@ -123,7 +125,7 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
     if by_kernel:
         detect = tuple(sorted(detect, key=lambda case: sorted(routed.launched.get(case, ()))))   # stable
     result = scan(entry, target, run_dir, space=dataclasses.replace(space, supported=detect),
-                  alone=tuple(routed.unrouted), in_order=by_kernel, **common)
+                  alone=routed.alone(), in_order=by_kernel, **common)
     detect_phase = _phase(detect, result.processes, result.wall_s)
     changes = launch_changes(routed.launched, result.results)
     result.results = {**routed.routed, **result.results}

@@ -23,7 +23,10 @@ Every other case goes to the detect phase, never dropped: a FAIL or another stat
 with no status of its own. When a route process dies or hangs, its first case without a
 status is the one it was running (test-backend-ops prints a case after running it), and goes
 to the detect phase; its later cases route again in a new process, at most ROUTE_ROUNDS
-rounds, after which they go to the detect phase too.
+rounds, after which they go to the detect phase too. A route process that could not start at all
+(an exec error: on the H200 a regex over Linux's per-argument limit) says nothing about its cases:
+they go to the detect phase unrouted but in its ordinary batches, not one per process, and the phase
+names the error once. A route process's `-p` regex stays under scan_batch.MAX_PATTERN_BYTES.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from kvdiag.engine.launch_proof import LaunchJudgement, judge_launch
 from kvdiag.engine.planning import TemplateProblem
 from kvdiag.engine.presence import with_range
 from kvdiag.engine.scan import deal
-from kvdiag.engine.scan_batch import batch_regex, batch_timeout
+from kvdiag.engine.scan_batch import batch_regex, batch_timeout, cases_per_pattern
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.case_segments import CaseSegment, split_cases
@@ -89,6 +92,7 @@ class RoutedBatch:
     launched: dict[str, tuple[str, ...]] = field(default_factory=dict)   # every case that printed OK: its kernels
     again: list[tuple[int, str]] = field(default_factory=list)   # to route again in a new process
     row: dict[str, Any] = field(default_factory=dict)
+    not_started: str | None = None                               # the exec error of a process that never ran
 
 
 @dataclass
@@ -104,6 +108,8 @@ class RouteOutcome:
     batches: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
     cases: int = 0
+    not_started: dict[str, None] = field(default_factory=dict)   # unrouted because their process could not start
+    start_errors: list[str] = field(default_factory=list)        # each such process's exec error
 
     def absorb(self, batch: RoutedBatch, on_case: Callable[[str, Attempt], None] | None = None) -> None:
         """Take one process's answer (once: a Ctrl-C may hand the same answer again)."""
@@ -118,6 +124,21 @@ class RouteOutcome:
         self.launched.update(batch.launched)
         if batch.row and batch.row not in self.batches:
             self.batches.append(batch.row)
+            if batch.not_started:
+                self.start_errors.append(batch.not_started)
+                self.not_started.update(dict.fromkeys(batch.unrouted))
+
+    def alone(self) -> tuple[str, ...]:
+        """The unrouted cases the detect phase runs one per process: those the route phase saw fail or end
+        their process; never those whose route process could not start (that says nothing of them)."""
+        return tuple(case for case in self.unrouted if case not in self.not_started)
+
+    def start_failure(self) -> str | None:
+        """The route processes that could not start, in one line (None when every one started)."""
+        if not self.start_errors:
+            return None
+        return (f"{len(self.start_errors)} route process(es) could not start ({self.start_errors[0]}); their "
+                f"{len(self.not_started)} case(s) go to the detect phase unrouted, in batches")
 
     def to_detect(self, order: Sequence[str]) -> tuple[str, ...]:
         """The cases the detect phase sanitizes (reached, and unrouted), in the listing's order."""
@@ -127,7 +148,8 @@ class RouteOutcome:
     def to_dict(self) -> dict[str, Any]:
         return {"cases": self.cases, "processes": self.processes, "wall_s": round(self.wall_s, 3),
                 "reached": len(self.reached), "not_reached": len(self.routed), "unrouted": dict(self.unrouted),
-                "batches": list(self.batches)}
+                "batches": list(self.batches), "not_started": len(self.not_started),
+                "start_failure": self.start_failure()}
 
 
 def route(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, cases: Sequence[str], workers: int,
@@ -135,7 +157,7 @@ def route(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, cases: S
           on_case: Callable[[str, Attempt], None] | None = None) -> RouteOutcome:
     """Run the route phase over ``cases`` (``workers`` per device, engine.dispatch)."""
     numbered = list(enumerate(cases, start=1))
-    size = route_batch_size(len(numbered), workers * max(1, len(devices)))
+    size = min(route_batch_size(len(numbered), workers * max(1, len(devices))), cases_per_pattern(cases))
     units = [RouteUnit(tuple(unit)) for unit in deal(numbered, size)]
     out = RouteOutcome(cases=len(numbered))
     numbers = itertools.count(1)
@@ -182,8 +204,12 @@ def route_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, nu
                                  cancel=options.cancel, quiet_timeout=step.timeout)
     except CommandInterrupted:
         return out      # Ctrl-C: its cases stay unrouted and unrun (listed as not run); the log is on disk
-    except CommandNotFound as exc:
-        return _unrouted(out, params, str(exc))
+    except CommandNotFound as exc:     # nothing ran: a harness problem, not the cases'
+        out.not_started = str(exc)
+        out.row = {"log": str(run_dir.logs / f"{name}.cmd.json"), "cases": len(params), "round": unit.round,
+                   "wall_s": 0.0, "exit": f"not started: {exc}", "reached": 0, "not_reached": 0,
+                   "unrouted": len(params), "again": 0, "device": getattr(options.device, "index", None)}
+        return _unrouted(out, params, f"its route process could not start: {exc}")
     wall = time.monotonic() - started
     text = strip_ansi(result.stdout_text())
     split = split_cases(text, None)

@@ -51,6 +51,8 @@ def phases_lines(d: Mapping[str, Any]) -> list[str]:
              f"{route.get('not_reached')} reach none of {entry}'s kernels (judged without the sanitizer), "
              f"{len(route.get('unrouted') or {})} unrouted; detect {detect.get('cases')} case(s) under the "
              f"sanitizer in {detect.get('processes')} process(es), {float(detect.get('wall_s') or 0):.1f} s"]
+    if route.get("start_failure"):
+        lines.append(f"route: {route['start_failure']}")
     changes = phases.get("launch_changes") or []
     if changes:
         first = changes[0]

@@ -177,7 +177,9 @@ def merged_phases(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         out["route"] = {**_phase_sum(routes), "reached": sum(int(r.get("reached") or 0) for r in routes),
                         "not_reached": sum(int(r.get("not_reached") or 0) for r in routes),
                         "unrouted": {c: w for r in routes for c, w in (r.get("unrouted") or {}).items()},
-                        "batches": [b for r in routes for b in r.get("batches") or []]}
+                        "batches": [b for r in routes for b in r.get("batches") or []],
+                        "not_started": sum(int(r.get("not_started") or 0) for r in routes),
+                        "start_failure": next((r["start_failure"] for r in routes if r.get("start_failure")), None)}
     return out
 
 
