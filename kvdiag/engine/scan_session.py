@@ -45,6 +45,17 @@ def shard_space(space: CaseSpace, limit: int | None, shard: Shard | None) -> tup
     return dataclasses.replace(space, supported=mine), selection
 
 
+def _listed_or_stop(entry: Entry, target, op: str, params: str, run_dir, fields: dict[str, Any]) -> CaseSpace:
+    """The op's case space; a program that could not list it stops the scan inconclusive, recorded."""
+    try:
+        return enumerate_cases(target, op, params, run_dir)
+    except CaseListingFailed as exc:
+        reason = f"{entry.id} cannot be scanned here: inconclusive: {exc}"
+        run_dir.write_record(RunRecord(entry=entry.id, status="finished", kind="scan", fields={
+            "target": target.to_dict(), "verdict": "inconclusive", "reason": reason, **fields}))
+        raise ScanNotRun("inconclusive", reason) from None
+
+
 def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None, params: str | None,
              limit: int | None, sanitizer: Path | None, devices: str | None = None,
              batch: int = 1, progress: Progress | None = None, shard: Shard | None = None,
@@ -69,14 +80,8 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
             "target": target.to_dict(), "verdict": judgement.verdict, "reason": reason}))
         raise ScanNotRun(judgement.verdict, reason)
     target, program_record = choose_program(target, program, entry, progress)
-    try:
-        whole = enumerate_cases(target, op, params, run_dir)
-    except CaseListingFailed as exc:
-        reason = f"{entry.id} cannot be scanned here: inconclusive: {exc}"
-        run_dir.write_record(RunRecord(entry=entry.id, status="finished", kind="scan", fields={
-            "target": target.to_dict(), "verdict": "inconclusive", "reason": reason,
-            "program": program_record, "space_source": space_source}))
-        raise ScanNotRun("inconclusive", reason) from None
+    whole = _listed_or_stop(entry, target, op, params, run_dir, {"program": program_record,
+                                                                  "space_source": space_source})
     presence = target.range_evidence(entry)
     if not whole.supported:
         verdict, reason = _nothing_to_scan(entry, step, whole, presence)
