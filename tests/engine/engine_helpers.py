@@ -316,3 +316,17 @@ class Printed:
 
     def to_dict(self) -> dict:
         return {"returncode": 0}
+
+
+def judge_d5_servers(kvarn5_log: str, q8_0_log: str):
+    """D5 as the registry judges it, from two recorded server logs: the kvarn5 step's, and the
+    q8_0 step's as its comparison arm (the relative signature reads one figure from each)."""
+    from kvdiag.engine.judge import Gate, judge_attempt
+    from kvdiag.engine.observe import ArmReading, observe
+    from kvdiag.registry.loader import load_registry
+
+    d5 = load_registry(None).get("D5")
+    arm = ArmReading(step="q8_0-control", ran=True, why="", exit="exit 0",
+                     streams={"combined": q8_0_log, "stderr": q8_0_log, "stdout": ""})
+    obs = observe(d5.default_step, [Printed(kvarn5_log)], [])
+    return judge_attempt(d5, obs, Gate(True, "no sanitizer involved"), 1, 0.0, comparison=lambda: arm)

@@ -15,9 +15,7 @@ import json
 
 import pytest
 
-from engine_helpers import FIXTURES, Printed
-from kvdiag.engine.judge import Gate, judge_attempt
-from kvdiag.engine.observe import ArmReading, observe
+from engine_helpers import FIXTURES, judge_d5_servers
 from kvdiag.engine.verdict import Verdict
 from kvdiag.parse.sanitizer import parse_sanitizer, site_label
 from kvdiag.registry.loader import load_registry
@@ -52,12 +50,8 @@ def test_on_b9084_verify_places_d2_where_the_sanitizer_printed_it(tmp_path):
 
 
 def test_d5s_two_recorded_h200_servers_confirm_by_their_ratio():
-    d5 = load_registry(None).get("D5")
-    q8_0 = _text("call3-D5-q8_0-control-1.combined.log.gz")
-    arm = ArmReading(step="q8_0-control", ran=True, why="", exit="exit 0",
-                     streams={"combined": q8_0, "stderr": q8_0, "stdout": ""})
-    obs = observe(d5.default_step, [Printed(_text("call3-D5-kvarn5-1.combined.log.gz"))], [])
-    attempt = judge_attempt(d5, obs, Gate(True, "no sanitizer involved"), 1, 0.0, comparison=lambda: arm)
+    attempt = judge_d5_servers(_text("call3-D5-kvarn5-1.combined.log.gz"),
+                               _text("call3-D5-q8_0-control-1.combined.log.gz"))
     assert attempt.verdict is Verdict.CONFIRMED, attempt.reason
     assert "kvarn5: 956.40 MiB" in attempt.reason and "q8_0-control: 9.79 MiB" in attempt.reason
     assert "97.7× (at least the 50× that confirms)" in attempt.reason

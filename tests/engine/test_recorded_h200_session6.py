@@ -16,9 +16,9 @@ import re
 
 import pytest
 
-from engine_helpers import FIXTURES, Printed
+from engine_helpers import FIXTURES, Printed, judge_d5_servers
 from kvdiag.engine.judge import Gate, judge_attempt
-from kvdiag.engine.observe import ArmReading, observe
+from kvdiag.engine.observe import observe
 from kvdiag.engine.verdict import Verdict
 from kvdiag.records.rates import wilson_interval
 from kvdiag.registry.loader import load_registry
@@ -94,12 +94,8 @@ def test_the_scratch_build_with_the_fix_hit_the_users_ccache():
 
 
 def test_d5s_two_seed_scale_servers_confirm_by_their_ratio():
-    d5 = load_registry(None).get("D5")
-    q8_0 = _text("fork-D5-seed-27b-q8_0-control-1.combined.log.gz")
-    arm = ArmReading(step="q8_0-control", ran=True, why="", exit="exit 0",
-                     streams={"combined": q8_0, "stderr": q8_0, "stdout": ""})
-    obs = observe(d5.default_step, [Printed(_text("fork-D5-seed-27b-kvarn5-1.combined.log.gz"))], [])
-    attempt = judge_attempt(d5, obs, NO_SANITIZER, 1, 0.0, comparison=lambda: arm)
+    attempt = judge_d5_servers(_text("fork-D5-seed-27b-kvarn5-1.combined.log.gz"),
+                               _text("fork-D5-seed-27b-q8_0-control-1.combined.log.gz"))
     assert attempt.verdict is Verdict.CONFIRMED, attempt.reason
     assert "kvarn5: 2195.90 MiB" in attempt.reason and "q8_0-control: 38.40 MiB" in attempt.reason
     assert "57.2× (at least the 50× that confirms)" in attempt.reason
