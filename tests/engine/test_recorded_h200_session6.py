@@ -119,3 +119,12 @@ def test_the_routed_scan_that_could_not_start_its_route_processes():
     assert cmd["argv"][-1].endswith("(194266 bytes in all)")
     said = _text("fork-scan-D2-hsk-route-e2big.log.gz")
     assert "route 4298 case(s) in 9 process(es), 0.5 s: 0 reach D2's kernels" in said and "4298 unrouted" in said
+
+
+def test_the_report_states_the_verification_and_the_reused_seed_arm():
+    report = _text("fork-report-D3.md")
+    assert "## Fix verification" in report
+    assert ("**not verified: the defect does not reproduce before the fix**: `kvdiag verify D3 --probe "
+            "D2-fix-uniform-barrier` on `775450a68843`") in report
+    assert "the recorded run `20261202-124217.408291-0002-D3` (2026-12-02 12:42 UTC), reused, not run again" in report
+    assert "0/3 runs (95% Wilson interval 0%–56%)" in report and "p = 1, no difference shown" in report
