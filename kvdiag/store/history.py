@@ -26,7 +26,7 @@ from kvdiag.errors import HarnessError, HistoryUnreadable
 from kvdiag.fileio import parse_json
 from kvdiag.home import kvdiag_home
 from kvdiag.records.verdict import Outcome
-from kvdiag.store.runs import RunStore
+from kvdiag.store.runs import RunStore, patched_arm
 from kvdiag.store.sweeps import Sweep, target_summary, utc_now
 
 HISTORY_FILE = "history.sqlite"
@@ -210,6 +210,9 @@ def _date_of_run(run_id: str, path: Path) -> str:
 def sync_run_store(home: Path | None = None, unreadable: list[tuple[str, str]] | None = None) -> int:
     """Record every finished entry run of the run store not yet in the history; returns how many.
 
+    A `kvdiag verify` AFTER arm is left out: it ran a scratch build with probes applied, not a
+    build of the user's, and its verdict lives in the verification (`kvdiag report`).
+
     A run whose run.json cannot be read is left out of the history, never the end of it:
     with ``unreadable`` it is named there, (run id, why), for the caller to say so."""
     home = home or kvdiag_home()
@@ -225,7 +228,7 @@ def sync_run_store(home: Path | None = None, unreadable: list[tuple[str, str]] |
                 if unreadable is not None:
                     unreadable.append((run.run_id, f"{type(exc).__name__}: {exc}"))
                 continue
-            if not record.finished or record.outcome is None:
+            if not record.finished or record.outcome is None or patched_arm(record.fields):
                 continue
             if _insert_run(conn, record.outcome, record.fields.get("target"), run_dir=str(run.path),
                            date=_date_of_run(run.run_id, run.path / "run.json"), sweep_id=None,

@@ -85,6 +85,22 @@ def test_sync_run_store_imports_finished_runs_once(home: Path) -> None:
     assert len(rows) == 1 and rows[0].date == "2026-11-29T10:00:00+00:00" and rows[0].kvdiag_version == "0.1.0"
 
 
+def test_a_verify_after_arm_is_not_a_verdict_of_the_users_build(home: Path) -> None:
+    """The AFTER arm of `kvdiag verify` ran a scratch build with probes applied: the history of an
+    entry over the user's builds leaves it out (the verification holds it); the BEFORE arm stays."""
+    store = RunStore(home)
+    for run_id, arm in (("20261202-124217-D3-aaaa", None), ("20261202-125049-D3-bbbb", "after")):
+        path = store.root / run_id
+        path.mkdir(parents=True)
+        data = {"entry": "D3", "status": "finished", "target": TARGET, "outcome": outcome("D3").to_dict()}
+        if arm:
+            data["verify_arm"] = {"arm": arm, "verify_run": "20261202-124854-D3-verify",
+                                  "probes": ["D2-fix-uniform-barrier"]}
+        RunDir(path).write("run.json", data)
+    assert sync_run_store(home) == 1
+    assert [r.run_id for r in history("D3", home=home)] == ["20261202-124217-D3-aaaa"]
+
+
 def test_history_command_table_and_json(home: Path) -> None:
     record_sweep(sweep_of(["D2"]), home=home)
     other = {**TARGET, "environment": {**TARGET["environment"], "key": "aaaabbbbcccc"}}
