@@ -93,12 +93,19 @@ def test_the_scratch_build_with_the_fix_hit_the_users_ccache():
     assert "build fork test-backend-ops llama-server rc=0 533.5 s" in _text("build-times.txt")
 
 
-def test_d5s_two_seed_scale_servers_confirm_by_their_ratio():
-    attempt = judge_d5_servers(_text("fork-D5-seed-27b-kvarn5-1.combined.log.gz"),
-                               _text("fork-D5-seed-27b-q8_0-control-1.combined.log.gz"))
+@pytest.mark.parametrize("session, kvarn5, q8_0, figures, ratio", [
+    ("h200-session5", "call3-D5-kvarn5-1.combined.log.gz", "call3-D5-q8_0-control-1.combined.log.gz",
+     ("kvarn5: 956.40 MiB", "q8_0-control: 9.79 MiB"), "97.7×"),           # the 12.8 MiB model
+    ("h200-session6", "fork-D5-seed-27b-kvarn5-1.combined.log.gz", "fork-D5-seed-27b-q8_0-control-1.combined.log.gz",
+     ("kvarn5: 2195.90 MiB", "q8_0-control: 38.40 MiB"), "57.2×"),         # the seed's 27B shape
+])
+def test_d5s_two_recorded_servers_confirm_by_their_ratio_at_both_scales(session, kvarn5, q8_0, figures, ratio):
+    folder = FIXTURES / "device" / session
+    attempt = judge_d5_servers(gzip.decompress((folder / kvarn5).read_bytes()).decode(),
+                               gzip.decompress((folder / q8_0).read_bytes()).decode())
     assert attempt.verdict is Verdict.CONFIRMED, attempt.reason
-    assert "kvarn5: 2195.90 MiB" in attempt.reason and "q8_0-control: 38.40 MiB" in attempt.reason
-    assert "57.2× (at least the 50× that confirms)" in attempt.reason
+    assert all(figure in attempt.reason for figure in figures)
+    assert f"{ratio} (at least the 50× that confirms)" in attempt.reason
 
 
 def test_the_fork_names_what_launched_or_why_nothing_did():
