@@ -35,6 +35,7 @@ only, `affected_only_in_baseline` / `affected_only_here`).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -71,6 +72,7 @@ def summary(name: str, jobs: int, devices: str, data: dict, base: dict | None) -
     verdicts = {p: c["verdict"] for p, c in data["cases"].items()}
     used = sorted({str(c["device"]["index"]) for c in data["cases"].values() if c.get("device")})
     row = {"variant": name, "cases": len(verdicts), "wall_s": data["wall_s"], "sum_case_s": data["sum_case_s"],
+           "harness_cpu_s": data.get("harness_cpu_s"),
            "ideal_wall_s": round(data["sum_case_s"] / workers, 2),
            "wall_over_ideal": round(data["wall_s"] / (data["sum_case_s"] / workers), 2),
            "affected": data["counts"]["confirmed"], "devices_used": used,
@@ -99,6 +101,14 @@ def summary(name: str, jobs: int, devices: str, data: dict, base: dict | None) -
                 changed[key] = changed.get(key, 0) + 1
         row["verdict_changes"] = changed
     return row
+
+
+def save(folder: str, name: str, data: dict) -> None:
+    """One variant's scan JSON, gzipped, named after the variant (its / and , made file-safe)."""
+    os.makedirs(folder, exist_ok=True)
+    safe = name.replace("/", "b").replace(",", "-").replace(":", "_").replace("@", "at")
+    with gzip.open(os.path.join(folder, f"{safe}.json.gz"), "wt") as fh:
+        json.dump(data, fh)
 
 
 def parse_variant(name: str) -> dict:
@@ -141,6 +151,8 @@ def main() -> int:
     ap.add_argument("--variant", action="append", default=[],
                     help="JOBS@DEVICES[/BATCH][:PROGRAM][+OPTION...], e.g. 8@0, 8@0,1, 8@0/1, 8@0:plain, "
                          "8@0:auto+noroute, 8@0:auto+entry (repeatable)")
+    ap.add_argument("--save-dir", default=None, help="write each variant's whole scan JSON there "
+                                                     "(VARIANT.json.gz), for fixtures and `kvdiag registry radius`")
     args = ap.parse_args()
     variants = args.variant or ["1@0", "8@0"]
     env = dict(os.environ, KVDIAG_HOME=args.home or tempfile.mkdtemp(prefix="kvdiag-bench-home-"))
@@ -158,6 +170,8 @@ def main() -> int:
         data = scan(args.build, args.entry, int(jobs), devices, args.limit, env, batch, v["program"], args.params,
                     v["options"])
         row = summary(name, int(jobs), devices, data, base)
+        if args.save_dir:
+            save(args.save_dir, name, data)
         one_gpu = walls.get((jobs, devices.split(",")[0], batch))
         if "," in devices and one_gpu:
             row["speedup_over_one_gpu"] = round(one_gpu / data["wall_s"], 2)

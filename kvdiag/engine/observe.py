@@ -108,7 +108,7 @@ def observe_segment(step: Step, text: str, split: CaseSplit, segment: CaseSegmen
     process finished its report and the split accounted for every error it counted."""
     from dataclasses import replace
 
-    own = segment_text(text, segment)
+    own = segment_text(text, segment, split.lines)
     report = None
     if split.sanitizer is not None:
         report = replace(split.sanitizer, findings=segment.findings, sites=fold_sites(segment.findings),

@@ -68,6 +68,9 @@ class ScanResult:
     started_at: str = ""
     target: dict[str, Any] | None = None  # the target as saved (Target.to_dict()), set by the session
     program: dict[str, Any] | None = None  # which test-backend-ops ran the cases (engine.launch_program)
+    # kvdiag's own CPU seconds (every thread, no child) from the result's making to its saving: what
+    # reading and judging the processes' output cost the harness, beside the wall (the GIL makes it serial)
+    cpu_started: float = field(default_factory=time.process_time)
     kernels: dict[str, Any] | None = None  # the cases by kernel instantiation (engine.scan_kernels)
     space_source: str | None = None        # where the case space came from (--params, the radius, [scan])
     phases: dict[str, Any] | None = None   # routed or not, and each phase's cases, processes, wall (engine.scan_phases)
@@ -110,6 +113,7 @@ class ScanResult:
         return {
             "entry": self.entry_id, "op": self.space.op, "params": self.space.params, "workers": self.workers,
             "wall_s": round(self.wall_s, 3), "sum_case_s": round(self.sum_case_s, 3),
+            "harness_cpu_s": round(time.process_time() - self.cpu_started, 3),
             "interrupted": self.interrupted, "sanitizer_output": self.sanitizer_output,
             "batch_size": self.batch_size, "processes": self.processes, "batches": list(self.batches),
             "ran_alone_after_batch": self.ran_alone(),

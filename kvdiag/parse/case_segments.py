@@ -22,6 +22,7 @@ runs those cases one process each.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -59,6 +60,7 @@ class CaseSplit:
     sanitizer: SanitizerReport | None
     trailing_findings: tuple[SanitizerFinding, ...] = ()   # printed after the last status
     trailing_overflow: int = 0
+    lines: tuple[str, ...] = ()      # the process's output, line by line with their ends (split once)
 
     def segment(self, params: str) -> CaseSegment | None:
         return next((s for s in self.segments if s.case.params == params), None)
@@ -89,11 +91,12 @@ def split_cases(text: str, tool: str | None) -> CaseSplit:
 
     ``tool`` is the sanitizer tool the process ran under, or None for a bare run (then
     only the cases' own lines are split)."""
-    lines = text.splitlines()
+    lines = text.splitlines(keepends=True)
     backend = parse_backend_ops(text)
     report = parse_sanitizer(text, tool=tool) if tool else None
     overflow_lines = [i for i, line in enumerate(lines, start=1) if _OVERFLOW.search(line)]
-    findings = list(report.findings) if report else []
+    findings = sorted((f for f in (report.findings if report else ()) if f.line_no is not None),
+                      key=lambda f: f.line_no)
     launches = parse_launches(text)
     segments: list[CaseSegment] = []
     start = 1
@@ -101,17 +104,25 @@ def split_cases(text: str, tool: str | None) -> CaseSplit:
         end = case.status_line_no
         if end is None:   # never got a status: no segment (the caller runs it again alone)
             continue
-        mine = tuple(f for f in findings if f.line_no is not None and start <= f.line_no <= end)
-        overflow = sum(1 for n in overflow_lines if start <= n <= end)
-        started = tuple(x for x in launches if start <= x.line_no <= end)
-        segments.append(CaseSegment(case, start, end, mine, overflow, started))
+        segments.append(CaseSegment(case, start, end, _within(findings, start, end),
+                                    len(_within(overflow_lines, start, end, key=None)),
+                                    _within(launches, start, end)))
         start = end + 1
-    trailing = tuple(f for f in findings if f.line_no is not None and f.line_no >= start)
+    trailing = tuple(f for f in findings if f.line_no >= start)
     trailing_overflow = sum(1 for n in overflow_lines if n >= start)
-    return CaseSplit(tuple(segments), backend, report, trailing, trailing_overflow)
+    return CaseSplit(tuple(segments), backend, report, trailing, trailing_overflow, tuple(lines))
 
 
-def segment_text(text: str, segment: CaseSegment) -> str:
-    """The lines of the output that belong to one case."""
-    lines = text.splitlines(keepends=True)
+def _within(items, start: int, end: int, key=lambda x: x.line_no) -> tuple:
+    """The items (sorted by line) whose line is in [start, end]: two bisections, not a scan of
+    every item per case (a batch of 32 affected cases prints thousands of findings)."""
+    lo = bisect.bisect_left(items, start, key=key)
+    hi = bisect.bisect_right(items, end, key=key)
+    return tuple(items[lo:hi])
+
+
+def segment_text(text: str, segment: CaseSegment, lines: tuple[str, ...] = ()) -> str:
+    """The lines of the output that belong to one case (``lines``: the text already split,
+    as a CaseSplit holds it, so that judging every case of a batch splits it once)."""
+    lines = lines or tuple(text.splitlines(keepends=True))
     return "".join(lines[segment.start_line - 1: segment.end_line])
