@@ -33,7 +33,7 @@ def test_real_probes_parse_with_every_field():
     probes = load_probes(REAL)
     assert probes.problems == ()
     assert set(probes.names()) == {"D2-fix-uniform-barrier", "D2-count-divergent-barrier", "print-every-case-error",
-                                   "D11-f16-concat-cases", "test-backend-ops-launch"}
+                                   "D11-f16-concat-cases", "test-backend-ops-launch", "D2-without-mma-kernels"}
     fix = probes.get("D2-fix-uniform-barrier")
     assert (fix.defect, fix.kind, fix.requires) == ("D2", "fix", ())
     assert fix.repository == "https://github.com/ggml-org/ggml"
