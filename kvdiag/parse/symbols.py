@@ -17,7 +17,11 @@ import re
 
 from kvdiag.parse.launches import canonical
 
-_ENTRY = re.compile(r"^\s*FUNC\s+\S+\s+\S+\s+ENTRY\s+(?P<name>\S+)\s*$")
+# Two versions, two spellings of a kernel symbol. cuobjdump 13.5 (the PyPI wheel, CPU host):
+# `FUNC  GLOBAL  DEFAULT  ENTRY  _Z18…` (tests/fixtures/symbols). cuobjdump 13.0 (CUDA 13.0 on the
+# H200): `STT_FUNC  STB_LOCAL  STO_ENTRY  _Z18…` (tests/fixtures/device/h200-session7). Knowing only
+# the first, kvdiag listed no kernel on the H200 and fell back to nm's host stubs.
+_ENTRY = re.compile(r"^\s*(?:STT_)?FUNC\s+(?:\S+\s+){1,2}(?:STO_)?ENTRY\s+(?P<name>\S+)\s*$")
 _NM_LINE = re.compile(r"^[0-9a-fA-F]+\s+[tTwW]\s+(?P<name>.+?)\s*$")
 # Host functions nvcc makes around a kernel, which are not kernels themselves.
 _NOT_A_KERNEL = ("__device_stub__", "__wrapper__device_stub_", "guard variable", "__nv_", "__cuda", "__sti__")

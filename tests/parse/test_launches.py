@@ -53,6 +53,24 @@ def test_cuobjdump_lists_the_kernels_of_the_fatbin_and_not_the_inlined_tile():
     assert K44 not in without and len(without) == 5
 
 
+def test_cuobjdump_13_0_on_the_h200_spells_a_kernel_stt_func_sto_entry():
+    """cuobjdump 13.0 (CUDA 13.0 on the H200) writes `STT_FUNC STB_LOCAL STO_ENTRY name`, 13.5 (the wheel
+    above) `FUNC GLOBAL DEFAULT ENTRY name`: the real listing of a llama.cpp 749f688fc libggml-cuda.so built
+    there with probes/D2-without-mma-kernels.patch (its first version) holds 16 flash_attn_ext_f16 kernels,
+    all of them the 192/128 and 576/512 instantiations that fattn.cu still instantiated itself."""
+    import gzip
+    text = gzip.decompress((FIXTURES / "device" / "h200-session7" / "na-cuobjdump-symbols.stdout.log.gz")
+                           .read_bytes()).decode()
+    entries = cuobjdump_entries(text)
+    assert len(entries) == 5894 == len({line.split()[-1] for line in text.splitlines() if " STO_ENTRY " in line})
+    fattn = [e for e in entries if e.startswith("_Z18flash_attn_ext_f16I")]
+    assert len(fattn) == 16
+    assert "_Z18flash_attn_ext_f16ILi576ELi512ELi2ELi4ELb0ELb1EEvPKcS1_S1_S1_S1_PKiPfP6float2ffffjfi5uint3iiiiiiiiiiil" \
+           "iiliiiiil" in fattn
+    assert all(e.startswith(("_Z18flash_attn_ext_f16ILi192ELi128E", "_Z18flash_attn_ext_f16ILi576ELi512E")) for e in fattn)
+    assert not any("STB_WEAK" in e or e.startswith("$") for e in entries)
+
+
 def test_nm_sees_the_host_launch_stubs_without_nvccs_wrappers():
     kernels = nm_kernels((SYMBOLS / "fattn-standin.nm-C.txt").read_text())
     assert K44 in kernels and "flash_attn_stream_k_fixup<256, 4, 4>" in kernels
