@@ -135,3 +135,17 @@ def test_without_those_kernels_too_the_same_run_is_not_applicable_quoting_the_li
     assert judged.verdict is Verdict.NOT_APPLICABLE
     assert judged.text.startswith("this build contains no kernel the entry is about (the radius' kernels (")
     assert "2 kernel symbol(s) in libggml-cuda.so (cuobjdump -symbols | c++filt)" in judged.text
+
+
+def test_the_kernels_left_on_the_device_are_exactly_fattn_cus_own_and_the_probe_drops_them():
+    """The device build of the probe's first version dropped the MMA instance files and kept 16
+    flash_attn_ext_f16 kernels; fattn.cu compiled alone on the CPU host (unmodified) instantiates
+    exactly those 16, and with the probe as it is now, none: the build the probe makes holds no
+    kernel of D2's family (the not-applicable above)."""
+    from kvdiag.parse.launches import canonical
+
+    lines = _text("cpu-fattn-nm-before-after-probe.txt").splitlines()
+    on_cpu = {canonical(line[2:]) for line in lines if line.startswith("t ")}
+    on_device = set(demangled_kernels(_text("na-cuobjdump-fattn.cxxfilt.txt")))
+    assert len(on_cpu) == 16 and on_cpu == on_device
+    assert lines[-1].endswith("as it is now: 0 flash_attn_ext_f16 symbols")
