@@ -8,7 +8,7 @@ cases, every launch listed). OPTIONs: `noroute` (`--no-route`: every case saniti
 path before routing), `route` (the default: route, then sanitize what reaches the entry's
 kernels), `entry` (`--instrument entry`: the sanitizer instruments only the entry's kernels),
 `bykernel` (`--batch-order by-kernel`: the sanitized batches hold cases that launched the same
-kernels in the route phase).
+kernels in the route phase), `routejN` (`--route-jobs N`: N processes for the route phase).
 A routed variant prints each phase's cases, processes and wall (`route_*`, `detect_*`) and
 the cases whose launches differed between the phases. The first variant is the baseline: every other one reports
 its speed-up over it (`speedup`, baseline wall / its wall: the old path against the new
@@ -54,6 +54,9 @@ def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env
             "--devices", devices, "--format", "json"] + (["--batch", batch] if batch else [])
     argv += (["--program", program] if program else []) + (["--params", params] if params else [])
     for option in options:
+        if option.startswith("routej") and option[6:].isdigit():
+            argv += ["--route-jobs", option[6:]]
+            continue
         if option not in OPTIONS:
             sys.exit(f"bench_scan: unknown variant option +{option} (known: {', '.join(OPTIONS)})")
         argv += OPTIONS[option]

@@ -335,7 +335,7 @@ def _parse_sets(sets) -> dict[str, str]:
               show_default=True)
 @pass_ctx
 def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, batch, shard, save,
-             program, route, instrument, batch_order, fmt) -> int:
+             program, route, route_jobs, instrument, batch_order, fmt) -> int:
     """Every affected shape: every test case judged on its own output, in parallel, aggregated.
 
     Without --params the case space is the entry's measured radius for this tree
@@ -369,7 +369,8 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
     try:
         result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
                                fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save,
-                               program=program, route=route, instrument=instrument, batch_order=batch_order)
+                               program=program, route=route, instrument=instrument, batch_order=batch_order,
+                               route_jobs=route_jobs)
     except ScanNotRun as exc:
         from kvdiag.engine.verdict import Verdict
 

@@ -93,16 +93,18 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
                gate_provider: GateProvider, devices: Sequence[Any], batch: int, limit: int | None,
                not_routed: str | None, kernel_filter: str | None, instrument_note: str,
                on_case: Callable[[str, Attempt], None] | None = None, progress: Progress | None = None,
-               batch_order: str = "dealt") -> ScanResult:
+               batch_order: str = "dealt", route_workers: int | None = None) -> ScanResult:
     """The scan of ``space``: routed unless ``not_routed`` says why not (then as before, every case
     sanitized). ``kernel_filter``: the detect phase instruments only those kernels. ``batch_order``
-    "by-kernel" (routed only): the detect phase's batches hold cases that launched the same kernels."""
+    "by-kernel" (routed only): the detect phase's batches hold cases that launched the same kernels.
+    ``route_workers``: processes per device for the route phase (default ``workers``)."""
     progress = progress or Progress()
     common = dict(workers=workers, gate_provider=gate_provider, devices=devices, batch=batch,
                   kernel_filter=kernel_filter, on_case=on_case)
     record = {"path": DIRECT if not_routed else ROUTED, "why": not_routed, "route": None,
               "kernel_filter": kernel_filter, "instrument": instrument_note, "launch_changes": [],
-              "launch_changed": 0, "batch_order": batch_order if not not_routed else "dealt"}
+              "launch_changed": 0, "batch_order": batch_order if not not_routed else "dealt",
+              "route_workers": None if not_routed else (route_workers or workers)}
     cases = tuple(space.supported[:limit] if limit else space.supported)
     if not_routed is not None:
         progress.say(_not_routed_note(entry, not_routed, batch_order))
@@ -112,7 +114,8 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
     started = time.monotonic()
     cancel = threading.Event()
     progress.say(f"route: {len(cases)} case(s) in launch mode without the sanitizer, their kernel launches listed")
-    routed = route(entry, scan_step(entry), target, run_dir, cases=cases, workers=workers, devices=devices,
+    routed = route(entry, scan_step(entry), target, run_dir, cases=cases, workers=route_workers or workers,
+                   devices=devices,
                    gate_provider=gate_provider, cancel=cancel, on_case=on_case)
     detect = routed.to_detect(cases) if not routed.interrupted else ()
     if routed.start_failure():

@@ -49,6 +49,7 @@ class Scans:
     by_kernel: object
     sanitized_direct: list[str]
     sanitized_routed: list[str]
+    more_routers: object = None
 
 
 def sanitized(build: Path, before: int = 0) -> list[str]:
@@ -85,7 +86,9 @@ def scans(tmp_path_factory) -> Scans:
                               kernel_filter="flash_attn_ext_f16", instrument_note="only D924's kernels", **common)
         by_kernel = run_phases(entry, probe, RunDir(root / "by-kernel"), not_routed=None, kernel_filter=None,
                                instrument_note="", batch_order="by-kernel", **common)
-        yield Scans(entry, build, space, direct, routed, filtered, by_kernel, first, second)
+        more_routers = run_phases(entry, probe, RunDir(root / "route-jobs"), not_routed=None, kernel_filter=None,
+                                  instrument_note="", route_workers=4, **common)
+        yield Scans(entry, build, space, direct, routed, filtered, by_kernel, first, second, more_routers)
 
 
 def verdicts(result) -> dict[str, Verdict]:
@@ -248,6 +251,17 @@ def test_launch_changes_list_kernels_either_phase_saw_alone():
         {"case": "c", "only_detect": [K81], "only_route": []}]
 
 
+def test_route_jobs_sets_the_route_phases_processes_and_nothing_else(scans):
+    """--route-jobs 4 beside -j 2: four route processes, the sanitized phase as before, the same verdicts."""
+    routed, more = scans.routed.phases, scans.more_routers.phases
+    assert (routed["route_workers"], more["route_workers"]) == (2, 4)
+    first_round = [sum(1 for b in phases["route"]["batches"] if b["round"] == 1) for phases in (routed, more)]
+    assert first_round == [2, 4]
+    assert more["detect"]["cases"] == routed["detect"]["cases"]
+    assert verdicts(scans.more_routers) == verdicts(scans.routed)
+    assert scans.direct.phases["route_workers"] is None
+
+
 def test_route_processes_are_one_per_worker_and_capped():
     assert route_batch_size(2932, 8) == 367 and route_batch_size(20000, 8) == 512
     assert route_batch_size(3, 8) == 1 and route_batch_size(0, 8) == 1
@@ -264,6 +278,7 @@ def test_the_benchmark_compares_the_two_paths_case_by_case_and_prints_each_phase
     assert bench.parse_variant("8@0,1/32:auto+noroute+entry") == {
         "jobs": "8", "devices": "0,1", "batch": "32", "program": "auto", "options": ("noroute", "entry")}
     assert bench.parse_variant("8@0+noroute")["options"] == ("noroute",)
+    assert bench.parse_variant("8@0/128:auto+entry+routej16")["options"] == ("entry", "routej16")
     base, routed = scans.direct.to_dict(), scans.routed.to_dict()
     row = bench.summary("2@0:auto", 2, "0", routed, base)
     assert row["affected_identical_to_baseline"] and row["verdicts_identical_to_baseline"]
