@@ -368,9 +368,8 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
         output_target(save)              # refuse a FIFO or device before the scan runs, not after
     try:
         result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
-                               fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save,
-                               program=program, route=route, instrument=instrument, batch_order=batch_order,
-                               route_jobs=route_jobs)
+                               fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save, program=program,
+                               route=route, instrument=instrument, batch_order=batch_order, route_jobs=route_jobs)
     except ScanNotRun as exc:
         from kvdiag.engine.verdict import Verdict
 

@@ -117,7 +117,7 @@ def test_a_build_that_still_compiles_radius_kernels_but_never_launches_them_is_i
                                        "flash_attn_ext_f16<192, 128, 1, 8, false, false>",
                                        "flash_attn_ext_f16<192, 128, 4, 8, false, false>",
                                        "flash_attn_ext_f16<576, 512, 2, 4, false, true>"))
-    recorded = _json("na-run-D2.json")
+    recorded = _json("na-D2-verdict.json")
     assert recorded["verdict"] == "inconclusive"
     assert "launched: flash_attn_tile<256, 256, 4, 4, false>, flash_attn_combine_results<256>; 4 compiled" in \
         recorded["reason"]
