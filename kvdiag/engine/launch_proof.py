@@ -121,6 +121,7 @@ def judge_launch(entry: Entry, launches, listed: bool, context: LaunchContext | 
     if per_case:
         return LaunchJudgement(Verdict.NOT_APPLICABLE, f"this case launched no kernel the entry is about "
                                                        f"(launched: {ran})")
-    where = f"{len(compiled)} compiled ({names(compiled)})" if compiled else "symbols not listed"
+    where = (f"{len(compiled)} compiled ({names(compiled)}), by {listing.tool}" if compiled
+             else "symbols not listed")
     return LaunchJudgement(Verdict.INCONCLUSIVE, f"none of {about.describe()} launched in this run "
                                                  f"(launched: {ran}; {where})")

@@ -9,7 +9,8 @@ and time), as a big library takes seconds to list.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvdiag.parse.symbols import cuobjdump_entries, demangled_kernels, nm_kernels
@@ -69,11 +70,13 @@ def cuda_library(build_dir: Path, program: Path | None = None) -> Path | None:
 def list_kernels(library: Path, *, log_dir: Path) -> KernelSymbols:
     """The kernels of ``library``: cuobjdump's ENTRY symbols demangled by c++filt, else nm -C's."""
     cuobjdump = find_cuda_tool("cuobjdump")
-    if cuobjdump is not None:
-        listed = _from_cuobjdump(cuobjdump, library, log_dir)
-        if listed.listed:
-            return listed
-    return _from_nm(library, log_dir)
+    if cuobjdump is None:
+        return _from_nm(library, log_dir)
+    listed = _from_cuobjdump(cuobjdump, library, log_dir)
+    if listed.listed:
+        return listed
+    fallback = _from_nm(library, log_dir)   # the listing says why cuobjdump's was not used
+    return replace(fallback, tool=f"{fallback.tool}; cuobjdump gave none: {listed.why_not}")
 
 
 def _from_cuobjdump(cuobjdump: Path, library: Path, log_dir: Path) -> KernelSymbols:

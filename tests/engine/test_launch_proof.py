@@ -111,7 +111,7 @@ def test_radius_kernels_of_this_commit_are_what_the_entry_is_about(d2):
                      LaunchContext(symbols=lambda: listing("fattn-standin"), commit="749f688fcaa4"), tool="synccheck")
     assert j.verdict is Verdict.INCONCLUSIVE
     assert j.text == (f"none of the radius' kernels ({K44}) launched in this run (launched: {other}; "
-                      f"1 compiled ({K44}))")
+                      f"1 compiled ({K44}), by cuobjdump)")
 
 
 def test_a_build_without_the_instantiation_is_not_applicable_quoting_the_symbol_check(d2):
