@@ -1,7 +1,7 @@
 """Benchmark: what kvdiag's own CPU in a routed scan costs per sanitizer finding, on the CPU host.
 
-On the H200 the routed whole-op scan of D2 spent 55–73 s of kvdiag's own CPU (`harness_cpu_s`)
-in an 80–90 s wall (tests/fixtures/device/h200-session7). This replays the recorded whole-op
+On the H200 the routed whole-op scan of D2 spent 55–73 s of kvdiag's own CPU (`harness_cpu_s`, the
+detect phase only then) in an 80–90 s wall (tests/fixtures/device/h200-session7). This replays the recorded whole-op
 scan (tests/fixtures/device/h200-session5, every EVERY-th case) with the stand-in test-backend-ops
 and compute-sanitizer of the tests, routed with 8 workers, in two arms in one run: each affected
 case printing one barrier record, then FINDINGS records (the H200 printed up to 257 per case,

@@ -111,12 +111,11 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
         result = scan(entry, target, run_dir, space=space, limit=limit, **common)
         result.phases = {**record, "detect": _phase(cases, result.processes, result.wall_s)}
         return result
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     cancel = threading.Event()
     progress.say(f"route: {len(cases)} case(s) in launch mode without the sanitizer, their kernel launches listed")
     routed = route(entry, scan_step(entry), target, run_dir, cases=cases, workers=route_workers or workers,
-                   devices=devices,
-                   gate_provider=gate_provider, cancel=cancel, on_case=on_case)
+                   devices=devices, gate_provider=gate_provider, cancel=cancel, on_case=on_case)
     detect = routed.to_detect(cases) if not routed.interrupted else ()
     if routed.start_failure():
         progress.say(f"route: {routed.start_failure()}")
@@ -138,6 +137,7 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
     result.phases = {**record, "route": routed.to_dict(), "detect": detect_phase,
                      "launch_changes": changes[:SHOW_CHANGES], "launch_changed": len(changes)}
     result.wall_s = time.monotonic() - started
+    result.cpu_started = cpu_started     # harness_cpu_s counts both phases, as wall_s does
     return result
 
 

@@ -9,7 +9,6 @@ and time), as a big library takes seconds to list.
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass, replace
 from pathlib import Path
 

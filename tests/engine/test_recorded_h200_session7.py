@@ -69,7 +69,8 @@ def test_a_routed_scan_finds_the_old_paths_affected_set_case_by_case(plain, vari
 
 
 def test_the_benchmark_rows_say_where_the_time_went():
-    """Not a timed test: the recorded rows, with the harness' own CPU beside each wall. The routed scan is
+    """Not a timed test: the recorded rows, with the harness' own CPU beside each wall (for the routed rows,
+    their detect phase's: the route phase's CPU was not counted then). The routed scan is
     about 80 s, not the 60 s asked; its route phase alone is 23 s."""
     rows = {r["variant"]: r for r in map(json.loads, _text("bench.log").splitlines()) if "wall_s" in r}
     assert set(rows) == {"8@0:plain", "8@0:auto", "8@0:auto+entry+bykernel", "12@0:auto+entry+bykernel"}

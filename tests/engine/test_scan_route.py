@@ -262,6 +262,34 @@ def test_route_jobs_sets_the_route_phases_processes_and_nothing_else(scans):
     assert scans.direct.phases["route_workers"] is None
 
 
+def test_a_routed_scans_own_cpu_counts_the_route_phase_too(tmp_path_factory, monkeypatch):
+    """harness_cpu_s of a routed scan starts before the route phase, as its wall does (device session 7's
+    routed rows counted the detect phase only)."""
+    import itertools
+
+    import kvdiag.engine.scan_phases as phases
+
+    clock = itertools.count(100)
+    monkeypatch.setattr(phases.time, "process_time", lambda: float(next(clock)))
+    seen: list[float] = []
+    real_route = phases.route
+
+    def route(*args, **kwargs):
+        seen.append(phases.time.process_time())
+        return real_route(*args, **kwargs)
+
+    monkeypatch.setattr(phases, "route", route)
+    with scan_scenarios(tmp_path_factory, "scan-route-cpu", "D931") as (root, kv, entry):
+        build, target, space = stage_space(kv, RunDir(root / "enumerate"), [*DIVERGING, *VEC_CASES])
+        probe = dataclasses.replace(
+            target, probe_program=lambda: ProbeProgram("test-backend-ops-launch", build / "bin" / "test-backend-ops"))
+        result = run_phases(entry, probe, RunDir(root / "routed"), space=space, workers=2, devices=(), batch=0,
+                            limit=None, gate_provider=gate_with(ALLOWED), not_routed=None, kernel_filter=None,
+                            instrument_note="")
+    assert result.phases["path"] == "routed"
+    assert result.cpu_started == 100.0 < seen[0]      # the clock read before the route phase began
+
+
 def test_route_processes_are_one_per_worker_and_capped():
     assert route_batch_size(2932, 8) == 367 and route_batch_size(20000, 8) == 512
     assert route_batch_size(3, 8) == 1 and route_batch_size(0, 8) == 1
