@@ -11,6 +11,7 @@ a TemplateProblem, never executed — `show` and `run` render through this one p
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import tempfile
 from dataclasses import dataclass, field
@@ -90,10 +91,12 @@ def _render(template: str, context: Mapping[str, Any]) -> str:
     return render_template(template, context)
 
 
+_REGEX_SPECIAL = re.compile(r"[\\^$.|?*+()\[\]{}]")
+
+
 def escape_params(params: str) -> str:
     """A case's exact parameter string as a regex for `test-backend-ops -p` (std::regex ECMAScript)."""
-    special = set(r"\^$.|?*+()[]{}")
-    return "".join("\\" + ch if ch in special else ch for ch in params)
+    return _REGEX_SPECIAL.sub(r"\\\g<0>", params)
 
 
 def _compile_display(step: Step, build) -> str:

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from kvdiag.parse.launches import LAUNCH_MARKER as _LAUNCH_MARKER
-from kvdiag.parse.text import clean_line, dataclass_dict, split_top_level
+from kvdiag.parse.text import clean_line, dataclass_dict, iter_lines, split_top_level
 
 # size: the case records, the status-line grammar and the one-pass reader of one program's
 # output; each part is read only through the others.
@@ -338,6 +338,8 @@ class _State:
 def _program_text(line: str) -> str | None:
     """The target's part of a line: text before a sanitizer marker or a launch probe's line
     (``kvdiag-launch: …``, kvdiag.parse.launches); None if nothing."""
+    if line.startswith("=========") and not line.startswith("=", 9):
+        return None     # the sanitizer's own line, from its start: most lines of a sanitized batch
     m = _MARKER.search(line)
     end = m.start() if m is not None else len(line)
     launch = line.find(_LAUNCH_MARKER, 0, end)
@@ -486,8 +488,12 @@ class BackendOpsReader:
         self.line_no = 0
 
     def feed(self, line: str) -> None:
+        self.feed_clean(clean_line(line))
+
+    def feed_clean(self, line: str) -> None:
+        """A line clean_line has already cleaned (kvdiag.parse.text.iter_lines gives such lines)."""
         self.line_no += 1
-        _feed(self.state, clean_line(line), self.line_no)
+        _feed(self.state, line, self.line_no)
 
     def result(self) -> BackendOpsReport:
         return _report(self.state)
@@ -512,7 +518,10 @@ def _report(state: _State) -> BackendOpsReport:
 
 def parse_backend_ops(text: str) -> BackendOpsReport:
     """Parse test-backend-ops output (stdout, or stdout+stderr combined) held in a string."""
-    return parse_backend_ops_lines(text.split("\n"))
+    reader = BackendOpsReader()
+    for line in iter_lines(text):
+        reader.feed_clean(line)
+    return reader.result()
 
 
 # ---------------------------------------------------------------- capabilities

@@ -380,6 +380,10 @@ _HEADER_WORDS = (
 )
 
 
+# Words that start a block's continuation lines and never a header or a status line.
+_CONTINUATIONS = ("at ", "by thread", "Device Frame:", "Host Frame:")
+
+
 def classify_header(payload: str) -> tuple[str, str | None] | None:
     """Kind and severity of a line that opens an error block, None otherwise."""
     m = _RACE_NEW.match(payload) or _RACE_OLD.match(payload)
@@ -579,6 +583,9 @@ class ReportReader:
             self.detected = detect_tool(payload)
         if not payload:
             self._close()
+            return
+        if self.block is not None and payload.startswith(_CONTINUATIONS):
+            self.block.add(payload)     # no header or status line starts so: most lines of a big report
             return
         header = classify_header(payload)
         if header is not None:

@@ -38,6 +38,9 @@ def iter_lines(source: str | Iterable[str]) -> Iterator[str]:
     memory) or a string they already hold, through the same code path.
     """
     if isinstance(source, str):
+        if "\r" not in source and "\x1b" not in source:
+            yield from source.split("\n")    # already clean: each line as clean_line would give it
+            return
         source = source.split("\n")
     for line in source:
         yield clean_line(line)

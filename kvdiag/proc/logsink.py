@@ -1,10 +1,12 @@
 """The logs of a running command, written as its output arrives.
 
-Each complete line goes, as raw bytes, to ``<name>.stdout.log`` or
-``<name>.stderr.log`` and to ``<name>.combined.log`` (arrival order kept, since
-one reader thread feeds both streams), through unbuffered files: a kill of
-kvdiag loses nothing already read. ``on_output`` sees each line too; its errors
-are counted, never raised, so a broken progress display cannot end a run.
+Complete lines go, as raw bytes, to ``<name>.stdout.log`` or ``<name>.stderr.log`` and to
+``<name>.combined.log`` (arrival order kept, since one reader thread feeds both streams:
+`kvdiag.proc.pump`), through unbuffered files: a kill of kvdiag loses nothing already read. A
+chunk's complete lines are written as one block (one write per log, not one per line: a sanitized
+batch prints hundreds of thousands of lines), and a stream's unfinished last line waits for its
+end, so a line of one stream is never cut by the other's in the combined log. ``on_output`` sees
+each line too; its errors are counted, never raised, so a broken progress display cannot end a run.
 
 A write the OS refuses (a full disk, a file-size limit) never passes in silence: the
 command's logs keep what they had (clean prefixes: nothing is written to any of them
@@ -32,7 +34,7 @@ RESERVE_BYTES = 64 << 10      # a run's cmd.json and run.json take a few KB each
 
 
 class LogSink:
-    """Receives chunks from sh's reader thread and writes lines to the three logs."""
+    """Receives chunks from the output pump and writes whole lines to the three logs."""
 
     def __init__(self, log_dir: Path, name: str, tty: bool,
                  on_output: Callable[[str, str], None] | None):
@@ -57,37 +59,33 @@ class LogSink:
         self.last_output = time.monotonic()   # when the last chunk arrived (quiet_timeout)
         self.written = {"stdout": 0, "stderr": 0}
 
-    def callback(self, stream: str) -> Callable[[object], None]:
-        def cb(chunk):  # one argument: sh passes the chunk only
-            try:
-                raw = chunk if isinstance(chunk, bytes) else chunk.encode("utf-8")
-                self.feed(stream, raw)
-            except Exception:  # never kill sh's reader thread
-                self.write_errors += 1
-            return None
-        return cb
-
     def feed(self, stream: str, data: bytes) -> None:
+        """A chunk of ``stream``'s output, as it was read."""
         self.last_output = time.monotonic()
         with self.lock:
             if self.closed:
                 return
-            buf = self.partial[stream] + data
-            lines = buf.split(b"\n")
-            self.partial[stream] = lines.pop()
-            for line in lines:
-                self._emit(stream, line, b"\n")
+            buf = self.partial[stream] + data if self.partial[stream] else data
+            cut = buf.rfind(b"\n") + 1
+            self.partial[stream] = buf[cut:]
+            if cut:
+                self._emit_block(stream, buf[:cut])
 
-    def _emit(self, stream: str, line: bytes, end: bytes) -> None:
-        if self.crlf[stream] and line.endswith(b"\r"):
-            line = line[:-1]
-        data = line + end
-        self._write(stream, data)
-        self._write("combined", data)
-        self.written[stream] += len(data)
-        if self.on_output is not None:
+    def _emit_block(self, stream: str, block: bytes) -> None:
+        """Whole lines (``block`` ends with its last newline, or is the unfinished rest at close)."""
+        if self.crlf[stream]:
+            block = block.replace(b"\r\n", b"\n")
+            if block.endswith(b"\r"):
+                block = block[:-1]
+        self._write(stream, block)
+        self._write("combined", block)
+        self.written[stream] += len(block)
+        if self.on_output is None:
+            return
+        text = block.decode("utf-8", errors="replace")
+        for line in (text[:-1] if text.endswith("\n") else text).split("\n"):
             try:
-                self.on_output(stream, line.decode("utf-8", errors="replace"))
+                self.on_output(stream, line)
             except Exception as exc:  # a broken progress display must not end the run
                 self.callback_errors += 1
                 if self.first_callback_error is None:
@@ -138,9 +136,7 @@ class LogSink:
                 rest = self.partial[stream]
                 self.partial[stream] = b""
                 if rest:
-                    if self.crlf[stream] and rest.endswith(b"\r"):
-                        rest = rest[:-1]
-                    self._emit(stream, rest, b"")
+                    self._emit_block(stream, rest)
             self.closed = True
             for f in self.files.values():
                 try:

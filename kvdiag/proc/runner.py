@@ -1,11 +1,12 @@
 """The one function every external command of kvdiag goes through: :func:`run_command`.
 
 Backend: the ``sh`` package (2.x). ``sh.Command(path)(..., _bg=True, _new_session=True)``
-forks the child into its own session (so its own process group), reads stdout and
-stderr in ONE background thread (so the combined log keeps the arrival order of
-lines), gives stdout a pseudo-terminal in raw mode when ``tty=True`` (stderr stays a
-pipe) and reaps the child it started. kvdiag does the rest itself, because ``sh``
-does not:
+forks the child into its own session (so its own process group) and reaps the child
+it started. The child's stdout and stderr are descriptors kvdiag made (stdout a
+pseudo-terminal in raw mode when ``tty=True``, stderr always a pipe) and ONE thread of
+kvdiag reads both (``kvdiag.proc.pump``: the combined log keeps the arrival order, and a
+chunk of output costs one pass, not one Python call per line as sh's readers did).
+kvdiag does the rest itself, because ``sh`` does not:
 
 * the deadline: we poll ``RunningCommand.is_alive()`` (sh's ``_timeout`` signals
   only the child itself, not its group) and, on timeout or Ctrl-C, send SIGTERM to
@@ -16,8 +17,8 @@ does not:
   *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux) the first time
   it runs a command and reaps the orphans of each command's group itself, by
   pid, never with ``waitpid(-1)`` (which would steal sh's statuses);
-* the logs: our stdout/stderr callbacks write each line, as raw bytes, to the
-  per-stream log and to the combined log straight away (unbuffered files), and
+* the logs: the pump writes whole lines, as raw bytes, to the per-stream log and to
+  the combined log straight away (unbuffered files), and
   ``<name>.cmd.json`` is written before the start and rewritten at the end;
 * Ctrl-C: the KeyboardInterrupt lands in our polling loop in the main thread; we
   kill the group, let sh reap and drain, write the logs, then raise
@@ -26,18 +27,19 @@ does not:
 * a failed exec: sh raises ``ForkException`` but never reaps that child (a zombie
   per failed run); the child reports its pid through a pipe from
   ``_preexec_fn`` and we reap it, then raise :class:`CommandNotFound`;
-* ``sh``'s ``wait(timeout=)`` does not join its reader threads; we poll
-  ``is_alive()`` ourselves and call ``wait()`` only once the group is dead, which
-  reaps and drains every byte before the logs are closed.
+* ``sh``'s ``wait(timeout=)`` blocks; we poll ``is_alive()`` ourselves and call
+  ``wait()`` only once the group is dead; the pump then reads what the group left
+  (to the end of each descriptor, or until nothing more comes: a descendant that
+  escaped the group may hold one open) before the logs are closed.
 
 Verified on this machine with the scenario programs in ``tests/scenarios``: the pty
-line endings (sh sets the pty raw, and we normalise ``\\r\\n`` anyway), zombie
+line endings (the pty is set raw, and we normalise ``\\r\\n`` anyway), zombie
 reaping, SIGINT handling, a few MB of output with nothing lost, a line printed
 before SIGABRT kept under ``tty=True`` (the same suite passes on the GPU machine's
 Python 3.12 with the real compute-sanitizer). Caveats of this backend: ``sh`` forks from
 Python (``os.fork``), so on Python >= 3.12 a run started while other threads are
 alive gets a fork-with-threads DeprecationWarning; and ``on_output`` is called in
-sh's reader thread, so a slow callback slows reading.
+the pump's thread, so a slow callback slows reading.
 
 A grandchild that leaves the group (``setsid``) escapes the group kill: on a
 timeout or an interrupt the leader's descendants are also found through /proc
@@ -72,6 +74,7 @@ from kvdiag.fileio import write_json  # noqa: E402
 from kvdiag.proc.groups import (become_subreaper, descendants, kill_pid, killpg, proc_stat,  # noqa: E402
                                  reap_and_list_live, reap_escaped, sigint_deferred)
 from kvdiag.proc.logsink import LogSink  # noqa: E402
+from kvdiag.proc.pump import OutputPump, child_ends, close_all  # noqa: E402
 from kvdiag.proc.result import CommandResult  # noqa: E402
 
 __all__ = [
@@ -184,9 +187,10 @@ class StartedCommand:
     drain the output and close the logs.
     """
 
-    def __init__(self, running, *, args: list[str], executable: str, log_dir: Path, name: str,
+    def __init__(self, running, pump: OutputPump, *, args: list[str], executable: str, log_dir: Path, name: str,
                  sink: LogSink, started_at: str, started: float, cmd_json: Path, doc: dict):
         self.running = running
+        self.pump = pump
         self.args = args
         self.executable = executable
         self.log_dir = log_dir
@@ -229,6 +233,7 @@ class StartedCommand:
     def finish(self, survivors: Sequence[int]) -> int | None:
         """After end_group(): the leader's exit code (None if it survived), all output drained, logs closed."""
         exit_code = _final_status(self.running, alive=bool(survivors and self.pid in survivors))
+        self.pump.finish()
         self.sink.close()
         return exit_code
 
@@ -271,8 +276,8 @@ def start_command(argv: Sequence[str | os.PathLike], *, log_dir: Path, name: str
     }
     _write_json(cmd_json, doc)
     started = time.monotonic()
-    running = _spawn(args, executable, child_env, cwd, tty, sink, cmd_json, doc)
-    command = StartedCommand(running, args=args, executable=executable, log_dir=log_dir, name=name, sink=sink,
+    running, pump = _spawn(args, executable, child_env, cwd, tty, sink, cmd_json, doc)
+    command = StartedCommand(running, pump, args=args, executable=executable, log_dir=log_dir, name=name, sink=sink,
                              started_at=started_at, started=started, cmd_json=cmd_json, doc=doc)
     doc["pid"] = command.pid
     command.record()
@@ -281,32 +286,31 @@ def start_command(argv: Sequence[str | os.PathLike], *, log_dir: Path, name: str
 
 def _spawn(args: list[str], executable: str, child_env: dict[str, str], cwd: Path | None, tty: bool,
            sink: LogSink, cmd_json: Path, doc: dict):
-    """sh's RunningCommand for the child, or CommandNotFound (the failed child reaped, the logs closed)."""
+    """(sh's RunningCommand for the child, the started output pump), or CommandNotFound (the failed
+    child reaped, the logs closed). sh starts and reaps the child; it does not read its output: the
+    child writes into descriptors kvdiag made, and the pump reads them (`kvdiag.proc.pump`)."""
     devnull = open(os.devnull, "rb")
     pid_r, pid_w = os.pipe()
+    ours, theirs = child_ends(tty)
     try:
-        return sh.Command(executable)(
+        running = sh.Command(executable)(
             *args[1:],
             _bg=True, _bg_exc=False, _new_session=True,
-            _in=devnull,
-            _out=sink.callback("stdout"), _err=sink.callback("stderr"),
-            _out_bufsize=1, _err_bufsize=1,
-            _tty_out=tty, _env=child_env, _cwd=str(cwd) if cwd is not None else None,
+            _in=devnull, _out=theirs["stdout"], _err=theirs["stderr"],
+            _env=child_env, _cwd=str(cwd) if cwd is not None else None,
             _ok_code=list(range(-128, 256)),   # every status is a result, not an exception
-            _encoding="utf-8", _decode_errors="strict",  # undecodable chunks arrive as bytes
             _no_out=True, _no_err=True, _no_pipe=True,
             _preexec_fn=functools.partial(_child_setup, pid_w),
         )
     except sh.ForkException as exc:
-        os.close(pid_w)
-        pid_w = -1
-        failed = _read_child_pid(pid_r)
-        pid_r = -1
+        close_all((pid_w,))
+        pid_w, failed, pid_r = -1, _read_child_pid(pid_r), -1
         if failed is not None:
             try:
                 os.waitpid(failed, 0)      # sh leaves the failed child unreaped
             except ChildProcessError:
                 pass
+        close_all(ours)
         sink.close()
         last = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
         reason = last[-1].strip() if last else "exec failed"
@@ -314,13 +318,15 @@ def _spawn(args: list[str], executable: str, child_env: dict[str, str], cwd: Pat
         _write_json(cmd_json, doc)
         raise CommandNotFound(f"cannot execute {args[0]}: {reason}") from None
     except BaseException:
+        close_all(ours)
         sink.close()
         raise
     finally:
-        for fd in (pid_w, pid_r):
-            if fd >= 0:
-                os.close(fd)
+        close_all((*theirs.values(), *(fd for fd in (pid_w, pid_r) if fd >= 0)))   # the child has its copies
         devnull.close()
+    pump = OutputPump(sink, ours)
+    pump.start()
+    return running, pump
 
 
 # --------------------------------------------------------------------------- the runner
@@ -340,7 +346,7 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     after ``kill_grace``. ``env`` replaces the inherited environment (default:
     ``os.environ``); ``env_overrides`` is applied on top and recorded. ``tty=True``
     gives stdout a pseudo-terminal so C stdio line-buffers. ``on_output(stream,
-    line)`` is called per complete line (without its newline) from a reader thread;
+    line)`` is called per complete line (without its newline) from the pump's thread;
     its exceptions are counted in cmd.json, never raised.
 
     ``quiet_timeout``: the command also times out when it printed nothing for that many
@@ -482,12 +488,9 @@ def _final_status(running, *, alive: bool) -> int | None:
     if alive:
         return None              # unkillable (uninterruptible sleep): do not block on it
     try:
-        running.wait()           # reaps if needed; joins sh's reader threads (all output is in)
+        running.wait()           # reaps if needed (the pump drains the output afterwards)
     except ChildProcessError:
         # the status was consumed but not recorded (a Ctrl-C landed inside sh's
-        # poll at the wrong instant): the logs are still complete enough.
-        thread = getattr(getattr(running, "process", None), "_output_thread", None)
-        if thread is not None:
-            thread.join(timeout=3.0)
+        # poll at the wrong instant); the pump still drains the output.
         return getattr(getattr(running, "process", None), "exit_code", None)
     return running.process.exit_code
