@@ -10,12 +10,12 @@ kvdiag's own code.
 
 from __future__ import annotations
 
-import gzip
 import json
 
 import pytest
 
 from engine_helpers import FIXTURES
+from recorded_session import RecordedSession, affected
 from kvdiag.engine.launch_proof import LaunchContext, judge_launch
 from kvdiag.engine.verdict import Verdict
 from kvdiag.exitcodes import ExitCode
@@ -28,17 +28,9 @@ UPSTREAM = "749f688fcaa4c472ec034b08cb8a907c45cfaa02"
 ROUTED = ("8at0_auto+entry+bykernel", "8at0_auto+entry+bykernel+routej16", "8at0-b128_auto+entry+bykernel+routej16")
 
 
-def _text(name: str) -> str:
-    path = SESSION / name
-    return gzip.decompress(path.read_bytes()).decode() if name.endswith(".gz") else path.read_text()
-
-
-def _json(name: str) -> dict:
-    return json.loads(_text(name))
-
-
-def _affected(scan: dict) -> set[str]:
-    return {p for p, c in scan["cases"].items() if c["verdict"] == "confirmed"}
+_RECORDED = RecordedSession(SESSION)
+_text, _json = _RECORDED.text, _RECORDED.json
+_affected = affected
 
 
 def _rows() -> dict[str, dict]:

@@ -11,12 +11,12 @@ a change that would read these runs differently fails here.
 from __future__ import annotations
 
 import datetime as dt
-import gzip
 import json
 
 import pytest
 
 from engine_helpers import FIXTURES
+from recorded_session import RecordedSession, affected
 from kvdiag.engine.launch_proof import LaunchContext, judge_launch
 from kvdiag.engine.radius import measure_radius
 from kvdiag.engine.verdict import Verdict
@@ -32,17 +32,9 @@ FORK = "775450a688437e8e9d32bb77ae466f7acb5d3577"
 ROUTED = ("8at0_auto", "8at0_auto+entry+bykernel", "12at0_auto+entry+bykernel")
 
 
-def _text(name: str) -> str:
-    path = SESSION / name
-    return gzip.decompress(path.read_bytes()).decode() if name.endswith(".gz") else path.read_text()
-
-
-def _json(name: str) -> dict:
-    return json.loads(_text(name))
-
-
-def _affected(scan: dict) -> set[str]:
-    return {p for p, c in scan["cases"].items() if c["verdict"] == "confirmed"}
+_RECORDED = RecordedSession(SESSION)
+_text, _json = _RECORDED.text, _RECORDED.json
+_affected = affected
 
 
 @pytest.fixture(scope="module")
