@@ -106,7 +106,10 @@ class OutputPump(threading.Thread):
                         poller.unregister(fd)
                         open_fds.discard(fd)
                         continue
-                    self.sink.feed(self.fds[fd], data)
+                    try:
+                        self.sink.feed(self.fds[fd], data)
+                    except Exception:       # never stop reading: a child blocked on a full pipe would hang
+                        self.sink.write_errors += 1
         finally:
             close_all(self.fds)
 

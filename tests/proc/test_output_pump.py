@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -54,3 +55,25 @@ def test_a_daemon_that_escaped_with_the_output_open_does_not_hold_the_run(log_di
         except (ProcessLookupError, ChildProcessError):
             pass
         assert wait_until(lambda: pid_gone(daemon), 10)
+
+
+def test_a_sink_that_fails_does_not_stop_the_reading(log_dir, monkeypatch):
+    """A feed that raises is counted, and the child is still read to its end (else it would block on
+    a full pipe until its timeout)."""
+    feed = logsink.LogSink.feed
+    seen = []
+
+    def flaky(self, stream, data):
+        seen.append(len(data))
+        if len(seen) == 1:
+            raise RuntimeError("a broken sink")
+        feed(self, stream, data)
+    monkeypatch.setattr(logsink.LogSink, "feed", flaky)
+    r = run_command(scenario("floods_output.py", 20_000, 60), timeout=30, log_dir=log_dir, name="flaky")
+    assert r.ok and not r.timed_out
+    assert len(seen) > 1
+    assert cmd_json_result(log_dir, "flaky")["log_write_errors"] == 1
+
+
+def cmd_json_result(log_dir, name: str) -> dict:
+    return json.loads((log_dir / f"{name}.cmd.json").read_text())["result"]
