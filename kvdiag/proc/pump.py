@@ -82,8 +82,7 @@ class OutputPump(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.sink = sink
         self.fds = dict(fds)
-        self._stop_at: float | None = None
-        self._stop_lock = threading.Lock()
+        self._stop_at: float | None = None    # set once, by finish(), from the thread that runs the command
 
     def run(self) -> None:
         poller = select.poll()
@@ -115,9 +114,8 @@ class OutputPump(threading.Thread):
 
     def finish(self) -> None:
         """The command's group is gone: read what it left, then end (at once on end of file)."""
-        with self._stop_lock:
-            if self._stop_at is None:
-                self._stop_at = time.monotonic()
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
         self.join(DRAIN_LIMIT_S + 1.0)
 
 
