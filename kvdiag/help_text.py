@@ -93,7 +93,7 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], list[tuple[int, str]]]] = {
                [(0, "written"), (64, "unknown id, or no finished run of it"), HARNESS]),
     "bisect": (("kvdiag bisect D2 --source ~/ggml --old 1a2b3c4 --new HEAD --build ~/ggml/build",),
                [(0, "the introducing (or, with --fix, the fixing) commit was found"),
-                (4, "the ends do not hold (both verdicts named), or skipped commits leave it ambiguous"), USAGE,
+                (4, "the ends do not hold (their verdicts named), or skipped commits leave it ambiguous"), USAGE,
                 DATA, HARNESS, INTERRUPTED]),
     "bisect-step": (("git bisect run kvdiag bisect-step D2 --source ~/ggml --build-dir /tmp/bisect-build",),
                     [(0, "the old term: not reproduced (cause) or confirmed (--direction fix)"),

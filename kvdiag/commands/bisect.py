@@ -87,7 +87,8 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, first_parent, 
 
     Both ends are judged first: a cause bisection needs the old end not
     reproduced and the new end confirmed, a fix bisection the reverse;
-    otherwise it stops, naming both verdicts. Then `git bisect run` in a
+    otherwise it stops, naming the verdicts (an old end that does not hold
+    stops it before the new end is built). Then `git bisect run` in a
     scratch worktree builds each commit in one build tree and runs the entry.
     A commit that does not build, or whose verdict is anything else, is
     skipped, never blamed. An entry whose step compiles its own objects (D7)

@@ -6,9 +6,13 @@ bisect state is per worktree) and:
 
 1. judges both ends first, in that worktree and the bisection's one build tree:
    a cause bisection needs OLD not-reproduced and NEW confirmed, a fix bisection
-   OLD confirmed and NEW not-reproduced. Any other pair stops here, naming both
+   OLD confirmed and NEW not-reproduced. Any other pair stops here, naming the
    verdicts: git would otherwise bisect a range that does not hold what it is
-   told, and blame an innocent commit;
+   told, and blame an innocent commit. An old end that does not hold stops it
+   before the new end is built: no verdict there could make the range usable, and
+   on a GPU project that build is the most expensive step (on the device, the
+   fork's f7832345b failed to build in 47 s; the new end would have been a full
+   build of about 450 s more, for nothing);
 2. ``git bisect start`` with the direction's terms (good/bad, or broken/fixed)
    and the two ends as judged (``--first-parent`` with ``first_parent``: a fork's
    own line, where a merge of upstream is one step and the merged commits are not
@@ -156,6 +160,8 @@ def _bisect_in(request: BisectRequest, git: Git, worktree: Path, build_dir: Path
                                 home=home, record=record, step=request.step, sanitizer=request.sanitizer,
                                 progress=progress, direction=direction, role=role))
         progress.say(f"{role} {commit[:12]}: {ends[-1].verdict}: {ends[-1].reason}")
+        if role == ROLE_OLD and ends[0].verdict != direction.old_verdict:
+            return None, None, (), ends_problem(direction, ends[0], None, unjudged=new), "", False
     wrong = ends_problem(direction, ends[0], ends[1])
     if wrong:
         return None, None, (), wrong, "", False
@@ -164,11 +170,17 @@ def _bisect_in(request: BisectRequest, git: Git, worktree: Path, build_dir: Path
     return found, parent, candidates, message, bisect_log, True
 
 
-def ends_problem(direction: Direction, old: StepRecord, new: StepRecord) -> str | None:
-    """Why the two ends cannot be bisected in this direction (None when they can)."""
-    if old.verdict == direction.old_verdict and new.verdict == direction.new_verdict:
+def ends_problem(direction: Direction, old: StepRecord, new: StepRecord | None, unjudged: str = "") -> str | None:
+    """Why the two ends cannot be bisected in this direction (None when they can). ``new`` None: the
+    old end did not hold, and the new end (``unjudged``) was not built or run."""
+    if new is not None and old.verdict == direction.old_verdict and new.verdict == direction.new_verdict:
         return None
     what = "a cause bisection" if direction is Direction.CAUSE else "a fix bisection"
+    if new is None:
+        return (f"the ends do not bracket a change: {what} needs the old end {direction.old_verdict} and the new end "
+                f"{direction.new_verdict}, but the old end {old.commit[:12]} was {old.verdict} ({old.reason}); the "
+                f"new end {unjudged[:12]} was not judged (no verdict there could make this range usable): "
+                f"nothing was bisected; give another old end")
     return (f"the ends do not bracket a change: {what} needs the old end {direction.old_verdict} and the new end "
             f"{direction.new_verdict}, but the old end {old.commit[:12]} was {old.verdict} ({old.reason}) and the "
             f"new end {new.commit[:12]} was {new.verdict} ({new.reason}); nothing was bisected")

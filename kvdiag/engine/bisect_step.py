@@ -27,6 +27,7 @@ from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.scratch_build import BuildFailed, BuildRecipe, build_tree
 from kvdiag.engine.target import prepare_target
 from kvdiag.fileio import load_json_file
+from kvdiag.parse.compiler import compiler_errors
 from kvdiag.probes.worktree import Git
 from kvdiag.proc.runner import CommandInterrupted
 from kvdiag.progress import Progress
@@ -115,6 +116,19 @@ def compile_phases(attempts, run_s: float) -> dict[str, float]:
     return {"configure": configure, "build": build, "run": max(run_s - configure - build, 0.0)}
 
 
+def build_failure_reason(exc: BuildFailed) -> str:
+    """What a failed build step says: the command, then the compiler's first error when the log has one (the
+    cause a maintainer looks for: on the device the fork's f7832345b ended ``ninja: build stopped: subcommand
+    failed.`` 40 lines after ``fattn-common.cuh:6:10: fatal error: turbo4-tcq-codebook.cuh: No such file or
+    directory``), else the log's last line."""
+    errors = compiler_errors(exc.result.combined_text()) if exc.result is not None else []
+    if errors:
+        first = errors[0]
+        return f"{exc}: first error: {Path(first.file).name}:{first.line}: {first.severity}: {first.message}"
+    last = exc.tail[-1] if exc.tail else ""
+    return f"{exc}" + (f": {last}" if last else "")
+
+
 def _build_and_run(entry: Entry, source: Path, build_dir: Path, recipe: BuildRecipe | None, home: Path,
                    store: RunStore, logs: Path, step: str | None, sanitizer: Path | None, progress: Progress,
                    direction: Direction, times: dict[str, float]) -> dict:
@@ -125,8 +139,7 @@ def _build_and_run(entry: Entry, source: Path, build_dir: Path, recipe: BuildRec
             build_tree(recipe, Path(source), Path(build_dir), log_dir=logs, label="bisect", progress=progress,
                        times=times)
         except BuildFailed as exc:
-            last = exc.tail[-1] if exc.tail else ""
-            return {"verdict": "build-failed", "reason": f"{exc}" + (f": {last}" if last else ""), "exit": SKIP,
+            return {"verdict": "build-failed", "reason": build_failure_reason(exc), "exit": SKIP,
                     "build_log": str(exc.log) if exc.log else None}
     setup = store.create("target")
     if recipe is not None:

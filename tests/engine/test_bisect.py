@@ -135,8 +135,8 @@ def test_fix_text_says_fixed_by(tmp_path: Path, env: Path, capsys):
 
 
 def test_ends_that_do_not_bracket_the_change_stop_before_bisecting(tmp_path: Path, env: Path, capsys):
-    """--fix on a range whose old end is already fixed: both verdicts named, git never started, exit 4."""
-    src = new_project(tmp_path / "no-change", kernel="uniform")
+    """--fix on a range whose new end is still broken: both verdicts named, git never started, exit 4."""
+    src = new_project(tmp_path / "no-change", kernel="divergent")
     old = git(src, "rev-parse", "HEAD")
     commit(src, "docs", README="x\n")
     new = commit(src, "docs 2", README="y\n")
@@ -146,9 +146,29 @@ def test_ends_that_do_not_bracket_the_change_stop_before_bisecting(tmp_path: Pat
     assert report["ends_verified"] is False and report["found"] is None
     assert report["message"].startswith("the ends do not bracket a change: a fix bisection needs the old end "
                                         "confirmed and the new end not-reproduced, but the old end "
-                                        f"{old[:12]} was not-reproduced (")
-    assert f"new end {new[:12]} was not-reproduced" in report["message"]
+                                        f"{old[:12]} was confirmed (")
+    assert f"new end {new[:12]} was confirmed" in report["message"]
     assert [s["role"] for s in report["steps"]] == ["old end", "new end"]
+    assert (Path(report["run_dir"]) / "bisect-log.txt").read_text() == ""
+    assert worktrees(src) == [str(src)]
+
+
+def test_an_old_end_that_does_not_hold_stops_before_the_new_end_is_built(tmp_path: Path, env: Path, capsys):
+    """The fork's f7832345b on the device: the old end failed to build (a header it still includes was
+    removed); building the new end too would cost a full build and could not make the range usable."""
+    src = new_project(tmp_path / "old-broken", kernel="uniform syntax error")
+    old = git(src, "rev-parse", "HEAD")
+    commit(src, "fix the build", kernel="uniform")
+    new = commit(src, "split the barrier", kernel="divergent")
+    code = run_cli(bisect(env, src, old, new, "--format", "json"))
+    report = json.loads(capsys.readouterr().out)
+    assert code == 4
+    assert [(s["role"], s["verdict"]) for s in report["steps"]] == [("old end", "build-failed")]
+    assert report["message"].startswith("the ends do not bracket a change: a cause bisection needs the old end "
+                                        f"not-reproduced and the new end confirmed, but the old end {old[:12]} was "
+                                        "build-failed (")
+    assert report["message"].endswith(f"the new end {new[:12]} was not judged (no verdict there could make this "
+                                      "range usable): nothing was bisected; give another old end")
     assert (Path(report["run_dir"]) / "bisect-log.txt").read_text() == ""
     assert worktrees(src) == [str(src)]
 

@@ -1,0 +1,54 @@
+"""Device session 9 on the H200 (tests/fixtures/device/h200-session9): `kvdiag bisect D1 --first-parent --old
+f7832345b --new c9e746733` on the fork, where the old end read from the history did not build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvdiag.engine.bisect import ends_problem
+from kvdiag.engine.bisect_step import build_failure_reason, read_steps
+from kvdiag.errors import BuildFailed
+from kvdiag.records.bisect import SKIP, Direction
+
+HERE = Path(__file__).resolve().parent.parent / "fixtures" / "device" / "h200-session9"
+NEW_END = "c9e746733"
+
+
+class RecordedBuild:
+    """The failed build's combined log, as the runner's result gives it back."""
+
+    combined_path = HERE / "f7832345b-build.log"
+
+    def combined_text(self) -> str:
+        return self.combined_path.read_text()
+
+
+def test_the_recorded_old_end_did_not_build_and_is_a_skip_never_a_verdict():
+    (old,) = read_steps(HERE / "bisect-steps.json")
+    assert old.commit.startswith("f7832345b") and old.role == "old end"
+    assert old.verdict == "build-failed" and old.exit == SKIP and old.run_s is None
+    assert old.configure_s == 5.578 and old.build_s == 46.97      # 47 s, not a full build of about 450 s
+
+
+def test_a_failed_build_is_explained_by_the_compilers_first_error_not_ninjas_last_line():
+    tail = ("ninja: build stopped: subcommand failed.",)
+    failure = BuildFailed("build", RecordedBuild(), "bisect: build failed (exit 1): ninja -C <scratch>/build", tail)
+    assert build_failure_reason(failure) == (
+        "bisect: build failed (exit 1): ninja -C <scratch>/build: first error: fattn-common.cuh:6: fatal error: "
+        "turbo4-tcq-codebook.cuh: No such file or directory")
+    no_log = BuildFailed("build", None, "bisect: cannot build: no ninja", tail)
+    assert build_failure_reason(no_log) == "bisect: cannot build: no ninja: ninja: build stopped: subcommand failed."
+
+
+def test_an_old_end_that_did_not_build_is_named_and_the_new_end_left_unjudged():
+    (old,) = read_steps(HERE / "bisect-steps.json")
+    why = ends_problem(Direction.CAUSE, old, None, unjudged=NEW_END)
+    assert f"the old end {old.commit[:12]} was build-failed (bisect: build failed (exit 1)" in why
+    assert why.endswith(f"the new end {NEW_END} was not judged (no verdict there could make this range usable): "
+                        "nothing was bisected; give another old end")
+
+
+def test_the_registry_no_longer_bisects_from_a_commit_that_does_not_build():
+    text = (Path(__file__).resolve().parents[2] / "registry" / "D1.md").read_text()
+    assert "kvdiag bisect D1 --first-parent --old a12d7e228 --new c9e746733" in text
+    assert "kvdiag bisect D1 --first-parent --old f7832345b" not in text
