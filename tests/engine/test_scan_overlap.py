@@ -356,3 +356,39 @@ def test_detect_starts_while_cases_are_still_being_routed(tmp_path_factory, monk
     assert result.phases["detect"]["cases"] == len(reaching) and result.phases["route"]["unrouted"] == {}
     outcome = RouteOutcome()
     assert outcome.summary("D2", 0).startswith("route: 0 case(s) reach D2's kernels")
+
+
+# ------------------------------------------------------------------ the command line
+
+from test_scan_route import cli_scan  # noqa: E402,F401 - the fixture: `kvdiag scan` on a staged space
+
+
+def test_the_cli_overlaps_by_default_and_not_with_no_overlap_or_unrouted(cli_scan, capsys):
+    assert cli_scan() == 1
+    out, err = capsys.readouterr()
+    assert "phases: routed, overlapped: route 7 case(s) in " in out
+    assert "as soon as its cases are routed (--overlap)" in err
+    assert cli_scan("--format", "json") == 1
+    overlapped = json.loads(capsys.readouterr().out)
+    assert cli_scan("--format", "json", "--no-overlap") == 1
+    one_after = json.loads(capsys.readouterr().out)
+    assert (overlapped["phases"]["overlap"], one_after["phases"]["overlap"]) == (True, False)
+    assert {p: c["verdict"] for p, c in overlapped["cases"].items()} == \
+        {p: c["verdict"] for p, c in one_after["cases"].items()}
+    assert overlapped["phases"]["detect"]["cases"] == one_after["phases"]["detect"]["cases"] == 5
+    assert cli_scan("--overlap", probe=False) == 1                 # not routed: the flag changes nothing
+    out, err = capsys.readouterr()
+    assert "overlap" not in err and "phases: not routed: " in out and "overlapped" not in out
+
+
+def test_merged_shards_are_overlapped_only_if_every_shard_was():
+    from kvdiag.store.scans import merged_phases
+
+    def shard(**more):
+        return {"phases": {"path": "routed", "route": {"cases": 2, "processes": 1, "wall_s": 1.0}, "detect": {
+            "cases": 1, "processes": 1, "wall_s": 2.0}, **more}}
+
+    assert merged_phases([shard(overlap=True), shard(overlap=True)])["overlap"] is True
+    assert merged_phases([shard(overlap=True), shard(overlap=False)])["overlap"] is False
+    assert merged_phases([shard(overlap=True), shard()])["overlap"] is False    # one saved before --overlap
+    assert "overlap" not in merged_phases([shard(), shard()])
