@@ -8,8 +8,11 @@ cases, every launch listed). OPTIONs: `noroute` (`--no-route`: every case saniti
 path before routing), `route` (the default: route, then sanitize what reaches the entry's
 kernels), `entry` (`--instrument entry`: the sanitizer instruments only the entry's kernels),
 `bykernel` (`--batch-order by-kernel`: the sanitized batches hold cases that launched the same
-kernels in the route phase), `routejN` (`--route-jobs N`: N processes for the route phase).
-A routed variant prints each phase's cases, processes and wall (`route_*`, `detect_*`) and
+kernels in the route phase), `routejN` (`--route-jobs N`: N processes for the route phase),
+`overlap` / `nooverlap` (`--overlap`, kvdiag's default, / `--no-overlap`: the detect phase starts
+on each batch as its cases are routed, or once every case is routed).
+A routed variant prints each phase's cases, processes and wall (`route_*`, `detect_*`; overlapped,
+the detect wall runs from its first batch), whether the phases overlapped (`overlap`), and
 the cases whose launches differed between the phases. The first variant is the baseline: every other one reports
 its speed-up over it (`speedup`, baseline wall / its wall: the old path against the new
 one when the baseline is `:plain`), whether its affected set and its verdicts are identical
@@ -45,7 +48,7 @@ import time
 
 
 OPTIONS = {"noroute": ["--no-route"], "route": ["--route"], "entry": ["--instrument", "entry"],
-           "bykernel": ["--batch-order", "by-kernel"]}
+           "bykernel": ["--batch-order", "by-kernel"], "overlap": ["--overlap"], "nooverlap": ["--no-overlap"]}
 
 
 def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env, batch: str = "",
@@ -130,7 +133,8 @@ def phase_walls(data: dict) -> dict:
     """Which path ran (routed or not) and each phase's cases, processes and wall."""
     phases = data.get("phases") or {}
     row = {"path": phases.get("path"), "not_routed_because": phases.get("why"),
-           "kernel_filter": phases.get("kernel_filter"), "batch_order": phases.get("batch_order")}
+           "kernel_filter": phases.get("kernel_filter"), "batch_order": phases.get("batch_order"),
+           "overlap": phases.get("overlap")}
     route, detect = phases.get("route") or {}, phases.get("detect") or {}
     if route:
         row.update({"route_cases": route.get("cases"), "route_processes": route.get("processes"),

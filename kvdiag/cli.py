@@ -335,7 +335,7 @@ def _parse_sets(sets) -> dict[str, str]:
               show_default=True)
 @pass_ctx
 def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitizer, devices, batch, shard, save,
-             program, route, route_jobs, instrument, batch_order, fmt) -> int:
+             fmt, **path_options) -> int:
     """Every affected shape: every test case judged on its own output, in parallel, aggregated.
 
     Without --params the case space is the entry's measured radius for this tree
@@ -343,7 +343,8 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
     instantiation: affected, clean (launched under the detector, no finding), never reached.
 
     A sanitized scan routes first (every case bare, its kernel launches listed) and sanitizes
-    only the cases that reach the entry's kernels. Cases run several to a process (a host
+    only the cases that reach the entry's kernels, each batch as soon as its cases are routed
+    (--no-overlap: once every case is). Cases run several to a process (a host
     starts only a few CUDA processes per second); each case's findings are those printed
     with it, and a case a batch cannot judge runs again alone. With several GPUs, -j is per GPU and every case
     names the GPU it ran on. With --shard, the cases are dealt by name: the
@@ -368,8 +369,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
         output_target(save)              # refuse a FIFO or device before the scan runs, not after
     try:
         result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
-                               fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save, program=program,
-                               route=route, instrument=instrument, batch_order=batch_order, route_jobs=route_jobs)
+                               fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save, **path_options)
     except ScanNotRun as exc:
         from kvdiag.engine.verdict import Verdict
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from kvdiag.engine.dispatch import dispatch
+from kvdiag.engine.dispatch import UnitFeed, dispatch
 from kvdiag.engine.execute import GateProvider, RunOptions, attempt_step
 from kvdiag.engine.planning import escape_params
 from kvdiag.engine.scan_batch import (BatchOutcome, auto_batch_size, batch_step, batchable, cases_per_pattern,
@@ -244,7 +244,8 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
          gate_provider: GateProvider, on_case: Callable[[str, Attempt], None] | None = None,
          limit: int | None = None, devices: Sequence[Any] = (), batch: int = 1,
          kernel_filter: str | None = None, cancel: threading.Event | None = None,
-         alone: Sequence[str] = (), in_order: bool = False) -> ScanResult:
+         alone: Sequence[str] = (), in_order: bool = False,
+         feed: UnitFeed[list[tuple[int, str]]] | None = None) -> ScanResult:
     """Run the entry's scan step over the supported cases with `workers` in parallel.
 
     `workers` is per device: each unit of work is handed to the device with the fewest
@@ -257,20 +258,18 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
     contains it (`--kernel-name kns=`). `alone`: cases that run one per process from the start
     (the route phase saw them fail or end their process; in a batch they would only cost the
     batch). `in_order`: batches take the cases as given, consecutively, instead of dealt round
-    robin (the caller ordered them: engine.scan_phases groups them by kernel). Ctrl-C stops handing out work, cancels the running
+    robin (the caller ordered them: engine.scan_phases groups them by kernel). `feed`: the units
+    arrive through it while the scan runs, formed by the caller (engine.scan_overlap) with
+    detect_batch_size, instead of from the cases; `space.supported` then lists every case that may
+    arrive, numbered as the units number them. Ctrl-C stops handing out work, cancels the running
     processes (their groups are killed by the runner) and returns what finished; the caller
     records it.
     """
-    step = scan_step(entry)
-    if kernel_filter:
-        step = dataclasses.replace(step, kernel_filter=kernel_filter)
+    step = detect_step(entry, kernel_filter)
     cases: Sequence[str] = space.supported[:limit] if limit else space.supported
     numbered = list(enumerate(cases, start=1))
     all_workers = workers * max(1, len(devices))
-    size = auto_batch_size(len(numbered), all_workers) if batch == 0 else max(1, batch)
-    if size > 1 and not batchable(step):
-        size = 1
-    size = min(size, cases_per_pattern(cases)) if size > 1 else size   # its -p under the kernel's limit
+    size = detect_batch_size(step, cases, batch, all_workers)
     result = ScanResult(entry_id=entry.id, space=space, workers=all_workers, batch_size=size,
                         sanitizer_output=_output_note(entry, step, size))
     cancel = cancel or threading.Event()
@@ -316,10 +315,26 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
         for params, attempt in (outcome.resolved if isinstance(outcome, BatchOutcome) else outcome).items():
             result.results.setdefault(params, attempt)
 
-    result.interrupted = dispatch(units_of(numbered, size, alone, in_order), start, finish, workers=workers, devices=devices,
-                                  cancel=cancel, salvage=salvage)
+    units = units_of(numbered, size, alone, in_order) if feed is None else []
+    result.interrupted = dispatch(units, start, finish, workers=workers, devices=devices, cancel=cancel,
+                                  salvage=salvage, feed=feed)
     result.wall_s = time.monotonic() - started
     return result
+
+
+def detect_step(entry: Entry, kernel_filter: str | None = None) -> Step:
+    """The step the scan sanitizes each case with: scan_step, instrumenting only ``kernel_filter``'s kernels."""
+    step = scan_step(entry)
+    return dataclasses.replace(step, kernel_filter=kernel_filter) if kernel_filter else step
+
+
+def detect_batch_size(step: Step, cases: Sequence[str], batch: int, all_workers: int) -> int:
+    """Cases per process for ``cases``: ``batch`` (0: auto_batch_size over ``all_workers``), 1 for a
+    step that cannot batch, never more than keep one -p regex under the kernel's limit."""
+    size = auto_batch_size(len(cases), all_workers) if batch == 0 else max(1, batch)
+    if size > 1 and not batchable(step):
+        size = 1
+    return min(size, cases_per_pattern(cases)) if size > 1 else size   # its -p under the kernel's limit
 
 
 def units_of(numbered: Sequence[tuple[int, str]], size: int, alone: Sequence[str],

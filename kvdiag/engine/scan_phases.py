@@ -26,11 +26,17 @@ The route phase also says which kernels each case launches, which ``--batch-orde
 uses: the detect phase's batches then hold cases that launched the same kernels, so each
 sanitized process loads and instruments fewer of them (compute-sanitizer patches every kernel
 a process loads); the default deals the cases round robin, which spreads the heavy shapes.
+
+The phases run one after the other, or overlapped (engine.scan_overlap): the detect phase then
+sanitizes each batch as soon as its cases are routed, the route phase going on in a thread, so the
+scan's wall tends to the longer phase rather than their sum. Which cases are sanitized, and how each
+is judged, is the same either way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import threading
 import time
@@ -40,7 +46,8 @@ from kvdiag.engine.execute import GateProvider
 from kvdiag.engine.launch_proof import family_patterns
 from kvdiag.engine.scan import CaseSpace, ScanResult, scan, scan_step
 from kvdiag.engine.scan_batch import batchable
-from kvdiag.engine.scan_route import route
+from kvdiag.engine.scan_overlap import Overlapped, run_overlapped
+from kvdiag.engine.scan_route import RouteOutcome, route
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt
 from kvdiag.progress import Progress
@@ -88,47 +95,44 @@ def entry_kernel_filter(entry: Entry) -> tuple[str | None, str]:
     return name, f"only kernels whose mangled name contains {name} instrumented (from /{patterns[0]}/)"
 
 
-# size: the two phases and their merge share the scan's state; each phase is one call.
 def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, workers: int,
                gate_provider: GateProvider, devices: Sequence[Any], batch: int, limit: int | None,
                not_routed: str | None, kernel_filter: str | None, instrument_note: str,
                on_case: Callable[[str, Attempt], None] | None = None, progress: Progress | None = None,
-               batch_order: str = "dealt", route_workers: int | None = None) -> ScanResult:
+               batch_order: str = "dealt", route_workers: int | None = None, overlap: bool = False) -> ScanResult:
     """The scan of ``space``: routed unless ``not_routed`` says why not (then as before, every case
     sanitized). ``kernel_filter``: the detect phase instruments only those kernels. ``batch_order``
     "by-kernel" (routed only): the detect phase's batches hold cases that launched the same kernels.
-    ``route_workers``: processes per device for the route phase (default ``workers``)."""
+    ``route_workers``: processes per device for the route phase (default ``workers``). ``overlap``
+    (routed only): the detect phase starts on the first routed cases while the rest are routed
+    (engine.scan_overlap); the same cases are sanitized and the record is the same, with each phase's
+    own wall."""
     progress = progress or Progress()
     common = dict(workers=workers, gate_provider=gate_provider, devices=devices, batch=batch,
                   kernel_filter=kernel_filter, on_case=on_case)
     record = {"path": DIRECT if not_routed else ROUTED, "why": not_routed, "route": None,
               "kernel_filter": kernel_filter, "instrument": instrument_note, "launch_changes": [],
               "launch_changed": 0, "batch_order": batch_order if not not_routed else "dealt",
-              "route_workers": None if not_routed else (route_workers or workers)}
+              "route_workers": None if not_routed else (route_workers or workers),
+              "overlap": bool(overlap and not not_routed)}
     cases = tuple(space.supported[:limit] if limit else space.supported)
     if not_routed is not None:
         progress.say(_not_routed_note(entry, not_routed, batch_order))
         result = scan(entry, target, run_dir, space=space, limit=limit, **common)
-        result.phases = {**record, "detect": _phase(cases, result.processes, result.wall_s)}
+        result.phases = {**record, "detect": _phase(len(cases), result.processes, result.wall_s)}
         return result
     started, cpu_started = time.monotonic(), time.process_time()
-    cancel = threading.Event()
-    progress.say(f"route: {len(cases)} case(s) in launch mode without the sanitizer, their kernel launches listed")
-    routed = route(entry, scan_step(entry), target, run_dir, cases=cases, workers=route_workers or workers,
-                   devices=devices, gate_provider=gate_provider, cancel=cancel, on_case=on_case)
-    detect = routed.to_detect(cases) if not routed.interrupted else ()
-    if routed.start_failure():
-        progress.say(f"route: {routed.start_failure()}")
-    if not routed.interrupted:
-        progress.say(f"route: {len(routed.reached)} case(s) reach {entry.id}'s kernels, {len(routed.routed)} do not "
-                     f"(judged without the sanitizer), {len(routed.unrouted)} unrouted; detect: {len(detect)} case(s) "
-                     f"under the sanitizer")
-    by_kernel = batch_order == BY_KERNEL
-    if by_kernel:
-        detect = tuple(sorted(detect, key=lambda case: sorted(routed.launched.get(case, ()))))   # stable
-    result = scan(entry, target, run_dir, space=dataclasses.replace(space, supported=detect),
-                  alone=routed.alone(), in_order=by_kernel, **common)
-    detect_phase = _phase(detect, result.processes, result.wall_s)
+    phases = dict(space=space, cases=cases, route_workers=route_workers or workers, by_kernel=batch_order == BY_KERNEL,
+                  **common)
+    if overlap:
+        progress.say(f"route: {len(cases)} case(s) in launch mode without the sanitizer, their kernel launches "
+                     f"listed; detect: each batch under the sanitizer as soon as its cases are routed (--overlap)")
+        said = functools.partial(_say_routed, progress, entry)
+        done = run_overlapped(entry, target, run_dir, **phases, when_routed=said)
+    else:
+        done = _one_after_the_other(entry, target, run_dir, progress=progress, **phases)
+    routed, result = done.routed, done.result
+    detect_phase = _phase(done.detected, result.processes, done.detect_wall_s)
     changes = launch_changes(routed.launched, result.results)
     result.results = {**routed.routed, **result.results}
     result.space = space
@@ -141,6 +145,30 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
     return result
 
 
+def _one_after_the_other(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, cases: Sequence[str],
+                         route_workers: int, by_kernel: bool, progress: Progress, **common: Any) -> Overlapped:
+    """The route phase over every case, then the detect phase over those it hands over."""
+    cancel = threading.Event()
+    progress.say(f"route: {len(cases)} case(s) in launch mode without the sanitizer, their kernel launches listed")
+    routed = route(entry, scan_step(entry), target, run_dir, cases=cases, workers=route_workers,
+                   devices=common["devices"], gate_provider=common["gate_provider"], cancel=cancel,
+                   on_case=common["on_case"])
+    detect = routed.to_detect(cases) if not routed.interrupted else ()
+    _say_routed(progress, entry, routed, len(detect))
+    if by_kernel:
+        detect = tuple(sorted(detect, key=lambda case: sorted(routed.launched.get(case, ()))))   # stable
+    result = scan(entry, target, run_dir, space=dataclasses.replace(space, supported=detect),
+                  alone=routed.alone(), in_order=by_kernel, **common)
+    return Overlapped(routed, result, len(detect), result.wall_s)
+
+
+def _say_routed(progress: Progress, entry: Entry, routed: RouteOutcome, detect: int) -> None:
+    if routed.start_failure():
+        progress.say(f"route: {routed.start_failure()}")
+    if not routed.interrupted:
+        progress.say(routed.summary(entry.id, detect))
+
+
 def _not_routed_note(entry: Entry, why: str, batch_order: str) -> str:
     note = f"not routed: {why}"
     if scan_step(entry).sanitizer:
@@ -150,8 +178,8 @@ def _not_routed_note(entry: Entry, why: str, batch_order: str) -> str:
     return note
 
 
-def _phase(cases: Sequence[str], processes: int, wall_s: float) -> dict[str, Any]:
-    return {"cases": len(cases), "processes": processes, "wall_s": round(wall_s, 3)}
+def _phase(cases: int, processes: int, wall_s: float) -> dict[str, Any]:
+    return {"cases": cases, "processes": processes, "wall_s": round(wall_s, 3)}
 
 
 def launch_changes(route_launched: dict[str, tuple[str, ...]], results: dict[str, Attempt]) -> list[dict[str, Any]]:

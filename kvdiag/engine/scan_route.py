@@ -68,12 +68,12 @@ def route_step(step: Step) -> Step:
                                tty=True)
 
 
-def route_batch_size(n_cases: int, workers: int) -> int:
-    """One route process per worker, at most ROUTE_MAX_BATCH cases each (dealt as the detect phase's
+def route_batch_size(n_cases: int, workers: int, most: int = ROUTE_MAX_BATCH) -> int:
+    """One route process per worker, at most ``most`` cases each (dealt as the detect phase's
     batches are, engine.scan.deal, so the heavy shapes spread over the processes)."""
     if n_cases <= 0 or workers <= 0:
         return 1
-    return max(1, min(ROUTE_MAX_BATCH, math.ceil(n_cases / workers)))
+    return max(1, min(most, math.ceil(n_cases / workers)))
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,11 @@ class RouteOutcome:
         return (f"{len(self.start_errors)} route process(es) could not start ({self.start_errors[0]}); their "
                 f"{len(self.not_started)} case(s) go to the detect phase unrouted, in batches")
 
+    def summary(self, entry_id: str, detect: int) -> str:
+        """The phase's counts in one line, with the ``detect`` cases it hands to the sanitizer."""
+        return (f"route: {len(self.reached)} case(s) reach {entry_id}'s kernels, {len(self.routed)} do not (judged "
+                f"without the sanitizer), {len(self.unrouted)} unrouted; detect: {detect} case(s) under the sanitizer")
+
     def to_detect(self, order: Sequence[str]) -> tuple[str, ...]:
         """The cases the detect phase sanitizes (reached, and unrouted), in the listing's order."""
         chosen = set(self.reached) | set(self.unrouted)
@@ -154,10 +159,13 @@ class RouteOutcome:
 
 def route(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, cases: Sequence[str], workers: int,
           devices: Sequence[Any], gate_provider: GateProvider, cancel: threading.Event,
-          on_case: Callable[[str, Attempt], None] | None = None) -> RouteOutcome:
-    """Run the route phase over ``cases`` (``workers`` per device, engine.dispatch)."""
+          on_case: Callable[[str, Attempt], None] | None = None, most: int = ROUTE_MAX_BATCH,
+          on_batch: Callable[[RoutedBatch], None] | None = None) -> RouteOutcome:
+    """Run the route phase over ``cases`` (``workers`` per device, engine.dispatch), at most ``most``
+    cases per process. ``on_batch``: called with each process's answer once it is taken (not with
+    what a Ctrl-C salvages), so an overlapped detect phase can start on its cases (engine.scan_overlap)."""
     numbered = list(enumerate(cases, start=1))
-    size = min(route_batch_size(len(numbered), workers * max(1, len(devices))), cases_per_pattern(cases))
+    size = min(route_batch_size(len(numbered), workers * max(1, len(devices)), most), cases_per_pattern(cases))
     units = [RouteUnit(tuple(unit)) for unit in deal(numbered, size)]
     out = RouteOutcome(cases=len(numbered))
     numbers = itertools.count(1)
@@ -172,6 +180,8 @@ def route(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, cases: S
 
     def finish(unit: RouteUnit, batch: RoutedBatch, device: Any) -> list[RouteUnit]:
         out.absorb(batch, on_case)
+        if on_batch is not None:
+            on_batch(batch)
         return [RouteUnit(tuple(batch.again), unit.round + 1)] if batch.again else []
 
     out.interrupted = dispatch(units, start, finish, workers=workers, devices=devices, cancel=cancel,

@@ -60,7 +60,7 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
              limit: int | None, sanitizer: Path | None, devices: str | None = None,
              batch: int = 1, progress: Progress | None = None, shard: Shard | None = None,
              program: str = "auto", route: bool = True, instrument: str = "all",
-             batch_order: str = "dealt", route_jobs: int | None = None) -> ScanResult:
+             batch_order: str = "dealt", route_jobs: int | None = None, overlap: bool = False) -> ScanResult:
     if not entry.scan and not (op and params) and not entry.radius:
         raise UsageError(f"{entry.id} declares no case space: give --op and --params")
     progress = progress or Progress()
@@ -115,7 +115,7 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
                             devices=chosen, batch=batch, limit=None if shard else limit,
                             not_routed=why_not_routed(entry, program_record, route), kernel_filter=kernel_filter,
                             instrument_note=instrument_note, progress=progress, batch_order=batch_order,
-                            route_workers=route_jobs,
+                            route_workers=route_jobs, overlap=overlap,
                             on_case=lambda params, attempt: progress.advance(f"{attempt.verdict.value}: {params}"))
     except KeyboardInterrupt:  # a second Ctrl-C while the first one's cases were being collected
         run_dir.write_record(RunRecord(entry=entry.id, status="interrupted", kind="scan", fields={

@@ -36,8 +36,8 @@ def _shard_line(d: Mapping[str, Any]) -> str:
 
 
 def phases_lines(d: Mapping[str, Any]) -> list[str]:
-    """Which path ran (routed or not, and why not) and what each phase cost; the cases whose launches
-    differed between the phases. Nothing for a scan saved before scans had phases."""
+    """Which path ran (routed or not, and why not; overlapped or not) and what each phase cost; the cases
+    whose launches differed between the phases. Nothing for a scan saved before scans had phases."""
     phases = d.get("phases")
     if not isinstance(phases, Mapping):
         return []
@@ -46,7 +46,8 @@ def phases_lines(d: Mapping[str, Any]) -> list[str]:
     if not isinstance(route, Mapping):
         return [f"phases: not routed: {phases.get('why')}"]
     entry = d.get("entry")
-    lines = [f"phases: routed: route {route.get('cases')} case(s) in {route.get('processes')} process(es), "
+    path = "routed, overlapped" if phases.get("overlap") else "routed"     # absent in scans saved before --overlap
+    lines = [f"phases: {path}: route {route.get('cases')} case(s) in {route.get('processes')} process(es), "
              f"{float(route.get('wall_s') or 0):.1f} s: {route.get('reached')} reach {entry}'s kernels, "
              f"{route.get('not_reached')} reach none of {entry}'s kernels (judged without the sanitizer), "
              f"{len(route.get('unrouted') or {})} unrouted; detect {detect.get('cases')} case(s) under the "

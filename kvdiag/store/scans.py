@@ -164,7 +164,8 @@ def _merged(scans: Sequence[Mapping[str, Any]], count: int) -> dict[str, Any]:
 
 def merged_phases(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The shards' phases as one scan's (engine.scan_phases): each phase's cases, processes and the
-    routing counts summed, walls the longest shard's; None unless every shard ran the same path."""
+    routing counts summed, walls the longest shard's, overlapped if every shard's phases were; None unless
+    every shard ran the same path."""
     parts = [s.get("phases") for s in scans]
     if not all(isinstance(p, Mapping) for p in parts) or len({p.get("path") for p in parts}) != 1:
         return None
@@ -172,6 +173,8 @@ def merged_phases(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     out = {**first, "launch_changes": [c for p in parts for c in p.get("launch_changes") or []],
            "launch_changed": sum(int(p.get("launch_changed") or 0) for p in parts),
            "detect": _phase_sum([p.get("detect") or {} for p in parts])}
+    if any("overlap" in p for p in parts):      # overlapped only if every shard was (absent before --overlap)
+        out["overlap"] = all(bool(p.get("overlap")) for p in parts)
     if isinstance(first.get("route"), Mapping):
         routes = [p["route"] for p in parts]
         out["route"] = {**_phase_sum(routes), "reached": sum(int(r.get("reached") or 0) for r in routes),
