@@ -9,7 +9,7 @@ path before routing), `route` (the default: route, then sanitize what reaches th
 kernels), `entry` (`--instrument entry`: the sanitizer instruments only the entry's kernels),
 `bykernel` (`--batch-order by-kernel`: the sanitized batches hold cases that launched the same
 kernels in the route phase), `routejN` (`--route-jobs N`: N processes for the route phase),
-`overlap` / `nooverlap` (`--overlap`, kvdiag's default, / `--no-overlap`: the detect phase starts
+`overlap` / `nooverlap` (`--overlap` / `--no-overlap`, kvdiag's default: the detect phase starts
 on each batch as its cases are routed, or once every case is routed).
 A routed variant prints each phase's cases, processes and wall (`route_*`, `detect_*`; overlapped,
 the detect wall runs from its first batch), whether the phases overlapped (`overlap`), and

@@ -343,8 +343,8 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
     instantiation: affected, clean (launched under the detector, no finding), never reached.
 
     A sanitized scan routes first (every case bare, its kernel launches listed) and sanitizes
-    only the cases that reach the entry's kernels, each batch as soon as its cases are routed
-    (--no-overlap: once every case is). Cases run several to a process (a host
+    only the cases that reach the entry's kernels, once every case is routed (--overlap:
+    each batch as soon as its cases are). Cases run several to a process (a host
     starts only a few CUDA processes per second); each case's findings are those printed
     with it, and a case a batch cannot judge runs again alone. With several GPUs, -j is per GPU and every case
     names the GPU it ran on. With --shard, the cases are dealt by name: the

@@ -20,7 +20,8 @@ ROUTE_JOBS_HELP = ("Processes for the route phase (default: -j). It runs no sani
                    "the sanitized phase's may pay where the host has the cores (docs/performance.md).")
 OVERLAP_HELP = ("Routed only: sanitize each batch as soon as its cases are routed, the route phase going on "
                 "meanwhile, instead of after every case is routed; the same cases are sanitized and judged the "
-                "same (docs/performance.md). --no-overlap runs the phases one after the other.")
+                "same. Off by default: on the H200 it gained nothing while both phases share the GPU's slot "
+                "pool (docs/performance.md).")
 INSTRUMENT_HELP = ("What the sanitizer instruments: every kernel, or only the entry's (--kernel-name kns=NAME from "
                    "its signatures' kernel regex).")
 
@@ -32,7 +33,7 @@ def scan_path_options(command):
                            show_default=True, help=BATCH_ORDER_HELP)(command)
     command = click.option("--instrument", type=click.Choice(["all", "entry"]), default="all", show_default=True,
                            help=INSTRUMENT_HELP)(command)
-    command = click.option("--overlap/--no-overlap", default=True, show_default=True, help=OVERLAP_HELP)(command)
+    command = click.option("--overlap/--no-overlap", default=False, show_default=True, help=OVERLAP_HELP)(command)
     command = click.option("--route-jobs", type=click.IntRange(1, 256), default=None, help=ROUTE_JOBS_HELP)(command)
     command = click.option("--route/--no-route", default=True, show_default=True, help=ROUTE_HELP)(command)
     return click.option("--program", type=click.Choice(["auto", "plain"]), default="auto", show_default=True,

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from kvdiag.errors import SlotTimeout, UnsafeLockPath
+from kvdiag.errors import SlotTimeout, UnsafeLockPath, UsageError
 from kvdiag.trust import trusted_dir
 
 __all__ = [
@@ -57,10 +57,13 @@ __all__ = [
     "SlotTimeout",
     "UnsafeLockPath",
     "default_lock_root",
+    "gpu_slots",
     "slots_for_memory",
 ]
 
 DEFAULT_PER_SLOT_BYTES = 16 * 1024**3
+SLOTS_VARIABLE = "KVDIAG_GPU_SLOTS"
+MAX_SLOTS_OVERRIDE = 64
 POLL_S = 0.1
 _SLOT_RE = re.compile(r"^slot-(\d+)\.lock$")
 
@@ -120,6 +123,23 @@ def slots_for_memory(total_bytes: int, per_slot_bytes: int = DEFAULT_PER_SLOT_BY
     if per_slot_bytes <= 0 or max_slots < 1:
         raise ValueError("per_slot_bytes must be > 0 and max_slots >= 1")
     return max(1, min(int(max_slots), int(total_bytes) // int(per_slot_bytes)))
+
+
+def gpu_slots(total_bytes: int, environ: dict[str, str] | None = None) -> int:
+    """How many GPU processes one device runs at once: ``$KVDIAG_GPU_SLOTS`` when set, else
+    slots_for_memory.
+
+    Why a setting: one slot per 16 GiB is a guess at a process's memory, not a measurement. On the
+    H200 (device session 9) a whole-op D2 scan's 8 processes used at most 5.3 GiB of GPU memory in
+    all, the GPU was 8 % busy and 6 of 16 cores were, while both of the scan's phases kept all 8
+    slots busy: the pool, not the GPU, bounded it. The variable lets a machine be measured with
+    more (or fewer) at once; every kvdiag process sharing the GPU should be given the same value."""
+    value = (os.environ if environ is None else environ).get(SLOTS_VARIABLE, "").strip()
+    if not value:
+        return slots_for_memory(total_bytes)
+    if not value.isdigit() or not 1 <= int(value) <= MAX_SLOTS_OVERRIDE:
+        raise UsageError(f"${SLOTS_VARIABLE} must be a whole number from 1 to {MAX_SLOTS_OVERRIDE}, got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)

@@ -363,14 +363,15 @@ def test_detect_starts_while_cases_are_still_being_routed(tmp_path_factory, monk
 from test_scan_route import cli_scan  # noqa: E402,F401 - the fixture: `kvdiag scan` on a staged space
 
 
-def test_the_cli_overlaps_by_default_and_not_with_no_overlap_or_unrouted(cli_scan, capsys):
-    assert cli_scan() == 1
+def test_the_cli_overlaps_with_overlap_only_and_never_unrouted(cli_scan, capsys):
+    """Off by default: on the H200 (device session 9) the overlapped scan took 67.4 s against 67.0 s."""
+    assert cli_scan("--overlap") == 1
     out, err = capsys.readouterr()
     assert "phases: routed, overlapped: route 7 case(s) in " in out
     assert "as soon as its cases are routed (--overlap)" in err
-    assert cli_scan("--format", "json") == 1
+    assert cli_scan("--format", "json", "--overlap") == 1
     overlapped = json.loads(capsys.readouterr().out)
-    assert cli_scan("--format", "json", "--no-overlap") == 1
+    assert cli_scan("--format", "json") == 1
     one_after = json.loads(capsys.readouterr().out)
     assert (overlapped["phases"]["overlap"], one_after["phases"]["overlap"]) == (True, False)
     assert {p: c["verdict"] for p, c in overlapped["cases"].items()} == \

@@ -218,3 +218,25 @@ def test_device_keys_stay_inside_the_lock_root(root):
     assert pool.directory.parent == root
     with pool.acquire(1) as lease:
         assert lease.device_key == "GPU-1/../../etc"
+
+
+def test_gpu_slots_is_the_memory_rule_unless_the_machine_is_given_a_count(monkeypatch):
+    from kvdiag.engine.scan_session import default_workers
+    from kvdiag.errors import UsageError
+    from kvdiag.proc.slots import SLOTS_VARIABLE, gpu_slots
+
+    h200 = 150_109_880_320        # total_memory_bytes of the H200 in device session 9
+    assert gpu_slots(h200, {}) == slots_for_memory(h200) == 8
+    assert gpu_slots(h200, {SLOTS_VARIABLE: "16"}) == 16
+    assert gpu_slots(h200, {SLOTS_VARIABLE: " 2 "}) == 2
+    for bad in ("0", "65", "-1", "eight", "1.5"):
+        with pytest.raises(UsageError, match=r"^\$KVDIAG_GPU_SLOTS must be a whole number from 1 to 64"):
+            gpu_slots(h200, {SLOTS_VARIABLE: bad})
+
+    class Device:
+        total_memory_bytes = h200
+
+    monkeypatch.setenv(SLOTS_VARIABLE, "12")
+    assert default_workers(Device(), 1, batched=True) == 12      # -j's default follows the pool
+    monkeypatch.delenv(SLOTS_VARIABLE)
+    assert default_workers(Device(), 1, batched=True) == 8
