@@ -63,8 +63,8 @@ class DetectBatcher:
     by_kernel: bool = False
     sent: list[str] = field(default_factory=list)       # every case handed to the detect phase
     first_sent: float | None = None                     # when the first unit was handed over (monotonic)
-    _waiting: dict[tuple[str, ...], list[str]] = field(default_factory=dict)
-    _index: dict[str, int] = field(default_factory=dict)
+    _waiting: dict[tuple[str, ...], list[str]] = field(default_factory=dict, init=False)
+    _index: dict[str, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self._index = {params: i for i, params in enumerate(self.cases, start=1)}
@@ -103,17 +103,20 @@ class DetectBatcher:
 
 
 @dataclass
-class Overlapped:
+class PhasesRun:
+    """Both phases of a routed scan as they ended, overlapped or one after the other (engine.scan_phases
+    merges them into one ScanResult)."""
+
     routed: RouteOutcome
     result: ScanResult          # the detect phase's
     detected: int               # cases handed to the detect phase
-    detect_wall_s: float        # from the first unit handed over to the detect phase's end
+    detect_wall_s: float        # its own wall (overlapped: from the first unit handed over to its end)
 
 
 def run_overlapped(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, cases: Sequence[str],
                    route_workers: int, by_kernel: bool, workers: int, gate_provider: Any, devices: Sequence[Any],
                    batch: int, kernel_filter: str | None, on_case: Callable[[str, Attempt], None] | None,
-                   when_routed: Callable[[RouteOutcome, int], None]) -> Overlapped:
+                   when_routed: Callable[[RouteOutcome, int], None]) -> PhasesRun:
     """Route ``cases`` in a thread while the calling thread sanitizes those that need it as they come.
     ``when_routed(outcome, n_detect)`` is called in the route thread once routing ended uninterrupted
     (to say so). An exception in either phase cancels the other and is raised here once both ended."""
@@ -154,7 +157,7 @@ def run_overlapped(entry: Entry, target: Target, run_dir: RunDir, *, space: Case
         raise outcome["error"]
     result.interrupted = result.interrupted or cancel.is_set()     # a Ctrl-C in either phase ends both
     wall = ended - batcher.first_sent if batcher.first_sent is not None else 0.0
-    return Overlapped(outcome["routed"], result, len(batcher.sent), wall)
+    return PhasesRun(outcome["routed"], result, len(batcher.sent), wall)
 
 
 def join_route(thread: threading.Thread, cancel: threading.Event) -> None:

@@ -46,7 +46,7 @@ from kvdiag.engine.execute import GateProvider
 from kvdiag.engine.launch_proof import family_patterns
 from kvdiag.engine.scan import CaseSpace, ScanResult, scan, scan_step
 from kvdiag.engine.scan_batch import batchable
-from kvdiag.engine.scan_overlap import Overlapped, run_overlapped
+from kvdiag.engine.scan_overlap import PhasesRun, run_overlapped
 from kvdiag.engine.scan_route import RouteOutcome, route
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt
@@ -146,7 +146,7 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
 
 
 def _one_after_the_other(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, cases: Sequence[str],
-                         route_workers: int, by_kernel: bool, progress: Progress, **common: Any) -> Overlapped:
+                         route_workers: int, by_kernel: bool, progress: Progress, **common: Any) -> PhasesRun:
     """The route phase over every case, then the detect phase over those it hands over."""
     cancel = threading.Event()
     progress.say(f"route: {len(cases)} case(s) in launch mode without the sanitizer, their kernel launches listed")
@@ -159,7 +159,7 @@ def _one_after_the_other(entry: Entry, target: Target, run_dir: RunDir, *, space
         detect = tuple(sorted(detect, key=lambda case: sorted(routed.launched.get(case, ()))))   # stable
     result = scan(entry, target, run_dir, space=dataclasses.replace(space, supported=detect),
                   alone=routed.alone(), in_order=by_kernel, **common)
-    return Overlapped(routed, result, len(detect), result.wall_s)
+    return PhasesRun(routed, result, len(detect), result.wall_s)
 
 
 def _say_routed(progress: Progress, entry: Entry, routed: RouteOutcome, detect: int) -> None:

@@ -1,6 +1,10 @@
 """Runs kvdiag's scan on a scenario build in its own process, for the scan's Ctrl-C test.
 
-usage: scan_driver.py BUILD SANITIZER REGISTRY_DIR ENTRY_ID RUN_DIR OUT_JSON WORKERS
+usage: scan_driver.py BUILD SANITIZER REGISTRY_DIR ENTRY_ID RUN_DIR OUT_JSON WORKERS [overlap]
+
+With `overlap` the scan is routed, its phases overlapped (engine.scan_overlap), the build's own
+test-backend-ops playing the launch probe's program, two cases per route process and one per
+sanitized process.
 
 The target gets a fake H200 instead of the machine's GPU (as the in-process engine
 tests do). The case space is the entry's [scan] op and params, enumerated by the
@@ -41,8 +45,21 @@ def on_case(params, attempt):
     print(json.dumps({"case": params, "verdict": attempt.verdict.value}), flush=True)
 
 
-result = scan(entry, target, run_dir, space=space, workers=int(workers),
-              gate_provider=lambda tool: Gate(True, "test gate"), on_case=on_case)
+if sys.argv[8:] == ["overlap"]:
+    import kvdiag.engine.scan_overlap as scan_overlap
+    from kvdiag.engine.execute import no_sanitizer_gate
+    from kvdiag.engine.scan_phases import run_phases
+    from kvdiag.probes.program_rebuild import ProbeProgram
+
+    scan_overlap.OVERLAP_ROUTE_BATCH = 2
+    program = ProbeProgram("test-backend-ops-launch", Path(build) / "bin" / "test-backend-ops")
+    result = run_phases(entry, dataclasses.replace(target, probe_program=lambda: program), run_dir, space=space,
+                        workers=int(workers), devices=(), batch=1, limit=None, not_routed=None, kernel_filter=None,
+                        instrument_note="", on_case=on_case, overlap=True,
+                        gate_provider=lambda tool: no_sanitizer_gate(tool) if tool is None else Gate(True, "test gate"))
+else:
+    result = scan(entry, target, run_dir, space=space, workers=int(workers),
+                  gate_provider=lambda tool: Gate(True, "test gate"), on_case=on_case)
 tmp = Path(out_json + ".tmp")
 tmp.write_text(json.dumps(result.to_dict(), indent=2))
 os.replace(tmp, out_json)
