@@ -48,6 +48,12 @@ phase's first batch waits for the first route process to end: at about 0.06 s a 
 (docs/performance.md: 2932 cases in 8 processes, 23 s) a process of 366 cases hands over nothing for
 about 22 s, one of 128 after about 8 s. Smaller still would pay more process starts, which the host
 serialises: 128 makes that scan's route phase 23 processes instead of 8."""
+WAITING_BATCHES = 2
+"""By kernel, how many batches' worth of cases may wait before one goes from the largest groups. On the
+H200 (device session 9) no kernel set's group filled a batch of 128 before routing ended, so the first
+detect batch went at the route phase's end and the overlap gained nothing; with this bound it goes after
+about 256 reached cases (three route processes of 128), in batches of as few kernel sets as the waiting
+cases allow."""
 JOIN_POLL_S = 0.1
 Unit = list[tuple[int, str]]
 
@@ -81,7 +87,22 @@ class DetectBatcher:
             group.append(case)
             if len(group) >= self.size:
                 units.append(self._unit(self._waiting.pop(key)))
+            elif sum(map(len, self._waiting.values())) >= WAITING_BATCHES * self.size:
+                units.append(self._unit(self._from_largest()))
         self._send(units)
+
+    def _from_largest(self) -> list[str]:
+        """One batch from the largest groups, whole groups first (the fewest kernel sets in it), the last
+        one cut in listing order: what goes when many cases wait but no group has filled a batch."""
+        out: list[str] = []
+        for key in sorted(self._waiting, key=lambda k: (-len(self._waiting[k]), k)):
+            group = sorted(self._waiting[key], key=self._index.get)
+            out, self._waiting[key] = out + group[:self.size - len(out)], group[self.size - len(out):]
+            if not self._waiting[key]:
+                del self._waiting[key]
+            if len(out) == self.size:
+                break
+        return out
 
     def flush(self) -> None:
         """Routing ended: what still waits goes in batches of ``size``, by kernels then listing order, as

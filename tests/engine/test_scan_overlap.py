@@ -167,6 +167,20 @@ def test_by_kernel_a_group_goes_when_it_fills_a_batch_and_the_rest_when_routing_
     assert sorted(b.sent) == sorted("abcdefgh") and b.first_sent is not None
 
 
+def test_by_kernel_when_batches_wait_unfilled_one_goes_from_the_largest_groups():
+    """The H200's scan: no group filled a batch before routing ended. Two batches' worth waiting: one goes."""
+    b = batcher(3, by_kernel=True)
+    b.take(answer(reached="abcde", launched={"a": K2, "b": K1, "c": K3, "d": K1, "e": K2}))
+    assert b.feed.take() == []                                 # 5 waiting, fewer than 2 batches of 3
+    b.take(answer(reached="f", launched={"f": K3}))
+    assert names(b.feed.take()) == [["a", "b", "d"]]          # K1's b, d whole (largest, then by key), K2's a first
+    b.take(answer(reached="g", launched={"g": K2}))
+    assert names(b.feed.take()) == []                          # e, g (K2) and c, f (K3): 4 waiting
+    b.flush()
+    assert names(b.feed.take()) == [["c", "e", "g"], ["f"]]   # by key (K2's e, g; K3's c), in listing order
+    assert sorted(b.sent) == sorted("abcdefg")
+
+
 def test_dealt_batches_fill_in_arrival_order():
     b = batcher(3, by_kernel=False)
     b.take(answer(reached="jb", launched={"j": K1, "b": K2}))
