@@ -382,35 +382,13 @@ def test_ctrl_c_mid_scan_records_partial_results_and_leaves_no_process(kv):
     entry = kv.entry("D922", scan_entry_body(120))
     build = kv.build("backend_ops_case_space")
     (build / "case-space.txt").write_text("\n".join([*ok, *hangs, NOT_SUPPORTED[0]]) + "\n")
-    sanitizer = kv.sanitizer()
     run_dir = kv.root / "interrupted-scan"
     out_json = kv.root / "scan-result.json"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.Popen(
-        [sys.executable, str(SCENARIO_BUILDS / "scan_driver.py"), str(build), str(sanitizer), str(kv.registry_dir),
-         entry.id, str(run_dir), str(out_json), "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=kv.root, text=True)
     finished: list[dict] = []
-    reader = threading.Thread(target=lambda: [finished.append(json.loads(line)) for line in proc.stdout
-                                              if line.startswith("{")], daemon=True)
-    reader.start()
-    grandchildren = lambda: list((build / "pids").glob("*.grandchild")) if (build / "pids").is_dir() else []  # noqa: E731
-    try:
-        wait_until(lambda: proc.poll() is not None or (len(finished) >= 2 and len(grandchildren()) >= 2), 30)
-        assert len(finished) >= 2 and len(grandchildren()) >= 2, (
-            proc.stderr.read() if proc.poll() is not None else "no two finished cases and two hangs in 30 s")
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
-        err = proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(5)
-        proc.stdout.close()
-        proc.stderr.close()
-    assert proc.returncode == 130, err
+    code, err = interrupt_scan_driver(kv, build, entry.id, run_dir, out_json, finished,
+                                      ready=lambda grandchildren: len(finished) >= 2 and len(grandchildren()) >= 2,
+                                      timeout=30, what="no two finished cases and two hangs")
+    assert code == 130, err
     assert "Traceback" not in err
 
     data = json.loads(out_json.read_text())
@@ -467,6 +445,40 @@ def test_cli_scan_without_a_gpu_is_one_clean_line(kv, no_gpu, capsys, fmt):
     recorded = [json.loads(p.read_text()) for p in (kv.root.parent / "home" / "runs").glob("*scan-D2*/run.json")]
     assert [r["verdict"] for r in recorded] == ["skipped"]
 
+
+
+def interrupt_scan_driver(kv, build: Path, entry_id: str, run_dir: Path, out_json: Path, finished: list[dict], *extra: str,
+                          ready, timeout: float, what: str) -> tuple[int, str]:
+    """Run tests/scenarios/builds/scan_driver.py on ``build``, collect the cases it prints as they finish into
+    ``finished``, send SIGINT once ``ready(grandchildren)`` holds (else fail, saying ``what`` did not happen in
+    ``timeout`` s), and return its exit status and stderr. The driver is killed if it outlives the test."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen(
+        [sys.executable, str(SCENARIO_BUILDS / "scan_driver.py"), str(build), str(kv.sanitizer()), str(kv.registry_dir),
+         entry_id, str(run_dir), str(out_json), "2", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=kv.root, text=True)
+    reader = threading.Thread(target=lambda: [finished.append(json.loads(line)) for line in proc.stdout
+                                              if line.startswith("{")], daemon=True)
+    reader.start()
+
+    def grandchildren() -> list[Path]:
+        return list((build / "pids").glob("*.grandchild")) if (build / "pids").is_dir() else []
+
+    try:
+        wait_until(lambda: proc.poll() is not None or ready(grandchildren), timeout)
+        assert ready(grandchildren), proc.stderr.read() if proc.poll() is not None else f"{what} in {timeout:g} s"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=timeout)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(5)
+        proc.stdout.close()
+        proc.stderr.close()
+    return proc.returncode, err
 
 def test_cli_scan_of_a_missing_build_is_one_clean_line(kv, capsys):
     rc = main(["scan", "D2", "--build", str(kv.root / "nowhere")])

@@ -415,13 +415,8 @@ def test_sigint_while_route_processes_hang_ends_both_phases_and_keeps_what_finis
     """SIGINT reaches the calling thread (the detect phase) while two route processes hang: exit 130 without
     a traceback, the cases sanitized meanwhile kept, the hanging route processes and their children
     ended, their cases listed as not run."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    from engine_helpers import REPO, SCENARIO_BUILDS, pid_gone, wait_until
-    from test_scan import case, recorded_pids, scan_entry_body
+    from engine_helpers import pid_gone, wait_until
+    from test_scan import case, interrupt_scan_driver, recorded_pids, scan_entry_body
 
     ok = [case("4,1", 512, 32), case("1,1", 512, 32)]
     hangs = [case("4,1", kv_, 512) for kv_ in (113, 1024, 2048, 4096)]
@@ -429,35 +424,13 @@ def test_sigint_while_route_processes_hang_ends_both_phases_and_keeps_what_finis
     entry = kv.entry("D936", scan_entry_body(120))
     build = kv.build("backend_ops_case_space")
     (build / "case-space.txt").write_text("\n".join(listing) + "\n")
-    sanitizer = kv.sanitizer()
     run_dir, out_json = kv.root / "overlap-interrupted", kv.root / "overlap-result.json"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.Popen(
-        [sys.executable, str(SCENARIO_BUILDS / "scan_driver.py"), str(build), str(sanitizer), str(kv.registry_dir),
-         entry.id, str(run_dir), str(out_json), "2", "overlap"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=kv.root, text=True)
     finished: list[dict] = []
-    reader = threading.Thread(target=lambda: [finished.append(json.loads(line)) for line in proc.stdout
-                                              if line.startswith("{")], daemon=True)
-    reader.start()
-    grandchildren = lambda: list((build / "pids").glob("*.grandchild")) if (build / "pids").is_dir() else []  # noqa: E731
     sanitized_ok = lambda: {f["case"] for f in finished if f["verdict"] == "not-reproduced"} == set(ok)  # noqa: E731
-    try:
-        wait_until(lambda: proc.poll() is not None or (sanitized_ok() and len(grandchildren()) >= 2), 60)
-        assert sanitized_ok() and len(grandchildren()) >= 2, (
-            proc.stderr.read() if proc.poll() is not None else "no two sanitized cases and two hangs in 60 s")
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-        err = proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(5)
-        proc.stdout.close()
-        proc.stderr.close()
-    assert proc.returncode == 130, err
+    code, err = interrupt_scan_driver(kv, build, entry.id, run_dir, out_json, finished, "overlap",
+                                      ready=lambda grandchildren: sanitized_ok() and len(grandchildren()) >= 2,
+                                      timeout=60, what="no two sanitized cases and two hangs")
+    assert code == 130, err
     assert "Traceback" not in err
     data = json.loads(out_json.read_text())
     assert data["interrupted"] is True and data["phases"]["overlap"] is True
@@ -465,5 +438,5 @@ def test_sigint_while_route_processes_hang_ends_both_phases_and_keeps_what_finis
     assert sorted(data["not_run"]) == sorted(hangs)
     leaders = [json.loads(f.read_text()).get("pid") for f in (run_dir / "logs").glob("*.cmd.json")]
     pids = recorded_pids(build) + [p for p in leaders if p]
-    assert len(grandchildren()) >= 2
+    assert len(list((build / "pids").glob("*.grandchild"))) >= 2
     assert wait_until(lambda: all(pid_gone(p) for p in pids), 10), [p for p in pids if not pid_gone(p)]
