@@ -9,7 +9,8 @@ path before routing), `route` (the default: route, then sanitize what reaches th
 kernels), `entry` (`--instrument entry`: the sanitizer instruments only the entry's kernels),
 `bykernel` (`--batch-order by-kernel`: the sanitized batches hold cases that launched the same
 kernels in the route phase), `routejN` (`--route-jobs N`: N processes for the route phase),
-`overlap` / `nooverlap` (`--overlap` / `--no-overlap`, kvdiag's default: the detect phase starts
+`slotsN` (`KVDIAG_GPU_SLOTS=N` for that variant: N GPU processes at once instead of one per
+16 GiB, at most 8), `overlap` / `nooverlap` (`--overlap` / `--no-overlap`, kvdiag's default: the detect phase starts
 on each batch as its cases are routed, or once every case is routed).
 A routed variant prints each phase's cases, processes and wall (`route_*`, `detect_*`; overlapped,
 the detect wall runs from its first batch), whether the phases overlapped (`overlap`), and
@@ -59,6 +60,9 @@ def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env
     for option in options:
         if option.startswith("routej") and option[6:].isdigit():
             argv += ["--route-jobs", option[6:]]
+            continue
+        if option.startswith("slots") and option[5:].isdigit():
+            env = dict(env, KVDIAG_GPU_SLOTS=option[5:])    # this variant's slot pool only
             continue
         if option not in OPTIONS:
             sys.exit(f"bench_scan: unknown variant option +{option} (known: {', '.join(OPTIONS)})")

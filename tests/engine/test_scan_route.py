@@ -295,7 +295,7 @@ def test_route_processes_are_one_per_worker_and_capped():
     assert route_batch_size(3, 8) == 1 and route_batch_size(0, 8) == 1
 
 
-def test_the_benchmark_compares_the_two_paths_case_by_case_and_prints_each_phase(scans):
+def test_the_benchmark_compares_the_two_paths_case_by_case_and_prints_each_phase(scans, monkeypatch):
     import importlib.util
 
     from engine_helpers import REPO
@@ -307,6 +307,18 @@ def test_the_benchmark_compares_the_two_paths_case_by_case_and_prints_each_phase
         "jobs": "8", "devices": "0,1", "batch": "32", "program": "auto", "options": ("noroute", "entry")}
     assert bench.parse_variant("8@0+noroute")["options"] == ("noroute",)
     assert bench.parse_variant("8@0/128:auto+entry+routej16")["options"] == ("entry", "routej16")
+    ran = []
+
+    class Done:
+        stdout, returncode, stderr = "{}", 0, ""
+
+    monkeypatch.setattr(bench.subprocess, "run", lambda argv, **kw: ran.append((argv, kw["env"])) or Done())
+    bench.scan("B", "D2", 16, "0", None, {"KVDIAG_HOME": "h"}, "128", "auto", "hsk", ("slots16", "overlap"))
+    bench.scan("B", "D2", 8, "0", None, {"KVDIAG_HOME": "h"}, "128", "auto", "hsk", ("nooverlap",))
+    monkeypatch.undo()
+    (argv16, env16), (argv8, env8) = ran
+    assert env16 == {"KVDIAG_HOME": "h", "KVDIAG_GPU_SLOTS": "16"} and env8 == {"KVDIAG_HOME": "h"}   # per variant
+    assert argv16[-1] == "--overlap" and "slots16" not in " ".join(argv16) and argv8[-1] == "--no-overlap"
     base, routed = scans.direct.to_dict(), scans.routed.to_dict()
     row = bench.summary("2@0:auto", 2, "0", routed, base)
     assert row["affected_identical_to_baseline"] and row["verdicts_identical_to_baseline"]
