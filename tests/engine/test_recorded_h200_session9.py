@@ -99,3 +99,26 @@ def test_the_slot_pool_not_the_gpu_bounded_the_scans():
     used_mib = [int(row.split(", ")[2].split()[0]) for row in rows if row.count(", ") == 2]
     busy = [int(row.split(", ")[1].split()[0]) for row in rows if row.count(", ") == 2]
     assert len(used_mib) > 150 and max(used_mib) == 5310 and sum(busy) / len(busy) < 10
+
+
+def test_the_first_error_is_found_in_a_real_build_under_either_ninja(ninja, tmp_path: Path):
+    """The recorded log is ninja 1.13's; CI's ninja is 1.11. A real cmake + ninja build of a file whose header
+    is gone (the f7832345b failure, in miniature) gives the same reason under both."""
+    from kvdiag.engine.scratch_build import BuildRecipe, build_tree
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.16)\nproject(gone C)\n"
+                                           "add_library(gone STATIC ok.c broken.c)\n")
+    (source / "ok.c").write_text("int ok(void) { return 1; }\n")
+    (source / "broken.c").write_text('#include "removed-codebook.h"\nint broken(void) { return 0; }\n')
+    recipe = BuildRecipe(configure_cmd=f"cmake -S {{source}} -B {{build}} -G Ninja -DCMAKE_MAKE_PROGRAM={ninja.path}",
+                         build_cmd=f"{ninja.path} -C {{build}} -j {{jobs}}", jobs=1)
+    try:
+        build_tree(recipe, source, tmp_path / "build", log_dir=tmp_path / "logs", label="bisect")
+    except BuildFailed as exc:
+        reason = build_failure_reason(exc)
+    else:
+        raise AssertionError("a source whose header is gone built")
+    assert reason.startswith("bisect: build failed (exit 1): ")
+    assert reason.endswith(": first error: broken.c:1: fatal error: removed-codebook.h: No such file or directory")
