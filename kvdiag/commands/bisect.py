@@ -78,11 +78,15 @@ def step_recipe(entry, step, configure_cmd, build_cmd, build_dir, jobs, launcher
 @click.option("--timeout", type=Seconds(10**7), default=24 * 3600, show_default=True,
               help="Seconds git bisect run may take (the two ends are judged before it).")
 @click.option("--keep", is_flag=True, help="Keep the scratch worktree and build.")
+@click.option("--resume", "resume", metavar="RUN_ID",
+              help="Take the commits an earlier bisection of this entry (a run in this run store, copied from the "
+                   "machine that ran it if need be) judged confirmed or not-reproduced, with the same configure and "
+                   "build commands, repro step and GPU architecture, instead of building them again.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.pass_obj
 def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, first_parent, build_cmd, configure_cmd, build_dir,
-               jobs, use_launcher, step, sanitizer, timeout, keep, fmt, quiet) -> int:
+               jobs, use_launcher, step, sanitizer, timeout, keep, resume, fmt, quiet) -> int:
     """Find the commit that introduced a defect, or with --fix the one that fixed it.
 
     Both ends are judged first: a cause bisection needs the old end not
@@ -94,6 +98,9 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, first_parent, 
     skipped, never blamed. An entry whose step compiles its own objects (D7)
     needs no build options. Exit 0 when a commit was found, 4 when the ends do
     not hold or skipped commits leave it ambiguous.
+
+    A bisection too long for one machine's time continues with --resume RUN_ID:
+    each commit taken from that run says so, and any other is built again.
     """
     from kvdiag.commands.progress import progress_display
     from kvdiag.engine.bisect import BisectRequest, run_bisect
@@ -115,7 +122,8 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, first_parent, 
                             reference_build=build_dir.absolute() if build_dir else None, jobs=jobs,
                             registry_dir=Path(registry.root).resolve(), step=step,
                             sanitizer=sanitizer.resolve() if sanitizer else None, timeout=float(timeout),
-                            keep=keep, launcher=launcher if recipe is not None else None, first_parent=first_parent)
+                            keep=keep, launcher=launcher if recipe is not None else None, first_parent=first_parent,
+                            resume=resume)
     with progress_display(quiet or fmt != "text") as progress:
         report = run_bisect(request, home=kvdiag_home(), progress=progress)
     if fmt == "json":
@@ -139,11 +147,13 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, first_parent, 
 @click.option("--step")
 @click.option("--sanitizer", type=click.Path(path_type=Path))
 @click.option("--launcher")
+@click.option("--resume-file", type=click.Path(path_type=Path))
 @click.pass_obj
 def bisect_step_cmd(obj, entry_id, source, build_dir, record, direction, configure_cmd, build_cmd, reference_dir,
-                    jobs, registry_dir, step, sanitizer, launcher) -> int:
+                    jobs, registry_dir, step, sanitizer, launcher, resume_file) -> int:
     """One step of `git bisect run`: build this commit, run the entry; exit 0 old term, 1 new term, 125 skip."""
     from kvdiag.commands.progress import progress_display
+    from kvdiag.engine.bisect_resume import read_resumed
     from kvdiag.engine.bisect_step import append_step, bisect_step
     from kvdiag.home import kvdiag_home
     from kvdiag.records.bisect import SKIP, Direction, StepRecord
@@ -165,7 +175,8 @@ def bisect_step_cmd(obj, entry_id, source, build_dir, record, direction, configu
     how = Direction(direction)
     with progress_display(tty=False, plain_interval=float("inf")) as progress:   # lines into git bisect run's log
         outcome = bisect_step(entry, source=source, build_dir=build_dir, recipe=recipe, home=kvdiag_home(),
-                              record=record, step=step, sanitizer=sanitizer, progress=progress, direction=how)
+                              record=record, step=step, sanitizer=sanitizer, progress=progress, direction=how,
+                              resumed=read_resumed(resume_file))
     click.echo(f"kvdiag bisect-step: {outcome.commit[:12]} {outcome.verdict} ({how.term_of(outcome.exit)}) in "
                f"{outcome.duration_s:.1f} s", err=True)
     return outcome.exit

@@ -28,6 +28,10 @@ Every step (the ends too) appends a `StepRecord` to ``bisect-steps.json`` in the
 bisection's run folder: its commit, verdict, what git was told, and the seconds of
 its configure, build and run. The commit found and its parent are shown with
 their own steps' evidence, read back from that file, not re-run.
+
+``--resume RUN`` takes the steps an earlier bisection of the entry judged, under
+the rules of :mod:`kvdiag.engine.bisect_resume`, instead of building them again:
+ends and git's steps alike, each marked with the run it came from.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kvdiag import resources
+from kvdiag.engine.bisect_resume import RESUME_FILE, Resumed, load_resumed
 from kvdiag.engine.bisect_step import append_step, bisect_step, read_steps
 from kvdiag.engine.scratch_build import BuildRecipe
 from kvdiag.errors import HarnessError, UsageError
@@ -51,6 +56,7 @@ from kvdiag.progress import Progress
 from kvdiag.records.bisect import (
     ROLE_NEW,
     ROLE_OLD,
+    STEPS_FILE,
     BisectRecord,
     CommitEvidence,
     Direction,
@@ -61,7 +67,6 @@ from kvdiag.registry.entry import Entry
 from kvdiag.store.runs import RunStore, write_json_atomic
 
 BISECT_TIMEOUT_S = 24 * 3600.0
-STEPS_FILE = "bisect-steps.json"
 STEP_MODULE = "kvdiag.commands.bisect"   # `python -m kvdiag.commands.bisect bisect-step …`
 _FIRST = re.compile(r"^(?P<sha>[0-9a-f]{7,40}) is the first (?P<term>\w+) commit\s*$", re.M)
 _ONLY_SKIPPED = re.compile(r"only 'skip'ped commits left to test", re.I)
@@ -88,15 +93,26 @@ class BisectRequest:
     keep: bool = False
     launcher: str | None = None
     first_parent: bool = False               # follow only first parents: a merge is one commit, its side unvisited
+    resume: str | None = None                # an earlier bisection's run id: take the steps it judged
 
 
-def step_argv(request: BisectRequest, worktree: Path, build_dir: Path, record: Path) -> list[str]:
-    """The command ``git bisect run`` runs at each commit (a list: git quotes each element)."""
+def machine_gpu_archs(log_dir: Path) -> list[str]:
+    """This machine's visible GPU architectures ("sm_90"), for --resume's check on a GPU entry."""
+    from kvdiag.target.gpu import fingerprint_gpu
+
+    return [d.arch for d in fingerprint_gpu(log_dir=log_dir).devices if d.arch]
+
+
+def step_argv(request: BisectRequest, worktree: Path, build_dir: Path, record: Path,
+              resumed: Path | None = None) -> list[str]:
+    """The command ``git bisect run`` runs at each commit (a list: git quotes each element); ``resumed``: the
+    bisection's resume.json, whose steps it takes instead of building."""
     argv = [sys.executable, "-m", STEP_MODULE, "bisect-step", request.entry.id, "--source", str(worktree),
             "--build-dir", str(build_dir), "--record", str(record), "--direction", request.direction.value]
     options = (("--configure-cmd", request.configure_cmd), ("--build-cmd", request.build_cmd),
                ("--build", request.reference_build), ("--jobs", request.jobs), ("--registry", request.registry_dir),
-               ("--step", request.step), ("--sanitizer", request.sanitizer), ("--launcher", request.launcher))
+               ("--step", request.step), ("--sanitizer", request.sanitizer), ("--launcher", request.launcher),
+               ("--resume-file", resumed))
     for flag, value in options:
         if value is not None:
             argv += [flag, str(value)]
@@ -116,13 +132,20 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
     source = repo_toplevel(request.source, logs)
     old, new = resolve_commit(source, request.old, logs), resolve_commit(source, request.new, logs)
     _check_range(Git(source, logs, "git-src"), old, new)
+    resumed = None
+    if request.resume:
+        resumed = load_resumed(RunStore(home), request.resume, entry, request.recipe, request.step,
+                               request.direction, lambda: machine_gpu_archs(logs))
+        resumed.write(run_dir.path / RESUME_FILE)
+        progress.say(resumed.summary())
     status_before = porcelain_status(source, logs)
     record = run_dir.path / STEPS_FILE
     write_json_atomic(record, [])
     scratch_root = Path(tempfile.mkdtemp(prefix=f"kvdiag-bisect-{entry.id}-"))
     try:
         with scratch_worktree(source, old, log_dir=logs, path=scratch_root / "src", keep=request.keep) as wt:
-            result = _bisect_in(request, wt.git, wt.path, scratch_root / "build", record, old, new, home, progress)
+            result = _bisect_in(request, wt.git, wt.path, scratch_root / "build", record, old, new, home, progress,
+                                resumed)
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         run_dir.write_record(running.with_status(status, error=f"{type(exc).__name__}: {exc}"))
@@ -135,7 +158,8 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
     report = BisectRecord(entry.id, request.direction, old, new, found, parent, candidates,
                           tuple(read_steps(record)), message, str(run_dir.path), verified,
                           status_before == porcelain_status(source, logs), str(source),
-                          _repository(Git(source, logs, "git-src")), request.launcher, request.first_parent)
+                          _repository(Git(source, logs, "git-src")), request.launcher, request.first_parent,
+                          {"resumed_from": resumed.run_id} if resumed else {})
     run_dir.write_record(running.with_status("finished", bisect=report.to_dict()))
     return report
 
@@ -149,23 +173,30 @@ def _check_range(git: Git, old: str, new: str) -> None:
 
 
 def _bisect_in(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, record: Path, old: str, new: str,
-               home: Path, progress: Progress):
+               home: Path, progress: Progress, resumed: Resumed | None = None):
     """The ends, then git's bisection: (found, parent, candidates, message, bisect log, ends verified)."""
     direction = request.direction
     ends = []
     for role, commit in ((ROLE_OLD, old), (ROLE_NEW, new)):
-        git.out("checkout", "--quiet", "--detach", commit, name=f"checkout-{role.split()[0]}")
-        progress.say(f"{role} {commit[:12]}: building and running {request.entry.id}")
-        ends.append(bisect_step(request.entry, source=worktree, build_dir=build_dir, recipe=request.recipe,
-                                home=home, record=record, step=request.step, sanitizer=request.sanitizer,
-                                progress=progress, direction=direction, role=role))
-        progress.say(f"{role} {commit[:12]}: {ends[-1].verdict}: {ends[-1].reason}")
+        taken = resumed.take(commit, role) if resumed else None
+        if taken is not None:
+            append_step(record, taken)
+            ends.append(taken)
+            progress.say(f"{role} {commit[:12]}: {taken.verdict}, taken from {taken.reused_from}: {taken.reason}")
+        else:
+            git.out("checkout", "--quiet", "--detach", commit, name=f"checkout-{role.split()[0]}")
+            progress.say(f"{role} {commit[:12]}: building and running {request.entry.id}")
+            ends.append(bisect_step(request.entry, source=worktree, build_dir=build_dir, recipe=request.recipe,
+                                    home=home, record=record, step=request.step, sanitizer=request.sanitizer,
+                                    progress=progress, direction=direction, role=role))
+            progress.say(f"{role} {commit[:12]}: {ends[-1].verdict}: {ends[-1].reason}")
         if role == ROLE_OLD and ends[0].verdict != direction.old_verdict:
             return None, None, (), ends_problem(direction, ends[0], None, unjudged=new), "", False
     wrong = ends_problem(direction, ends[0], ends[1])
     if wrong:
         return None, None, (), wrong, "", False
-    output, bisect_log = _drive(request, git, worktree, build_dir, record, old, new, progress)
+    resume_file = record.parent / RESUME_FILE if resumed and resumed.steps else None
+    output, bisect_log = _drive(request, git, worktree, build_dir, record, old, new, progress, resume_file)
     found, parent, candidates, message = _interpret(output, git, record, direction)
     return found, parent, candidates, message, bisect_log, True
 
@@ -187,7 +218,7 @@ def ends_problem(direction: Direction, old: StepRecord, new: StepRecord | None, 
 
 
 def _drive(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, record: Path, old: str, new: str,
-           progress: Progress) -> tuple[str, str]:
+           progress: Progress, resume_file: Path | None = None) -> tuple[str, str]:
     """``git bisect start`` (both ends marked as judged), ``git bisect run`` (its output), ``git bisect log``;
     always ``git bisect reset``."""
     term_old, term_new = request.direction.terms
@@ -204,7 +235,8 @@ def _drive(request: BisectRequest, git: Git, worktree: Path, build_dir: Path, re
         progress.begin("bisect steps", int(estimate.group("steps")) + 1 if estimate else None)
         progress.start(f"git bisect run {old[:12]}..{new[:12]}", budget_s=request.timeout)
         try:
-            run = git.run("bisect", "run", *step_argv(request, worktree, build_dir, record), timeout=request.timeout,
+            run = git.run("bisect", "run", *step_argv(request, worktree, build_dir, record, resume_file),
+                          timeout=request.timeout,
                           name="bisect-run", env={"PYTHONPATH": pythonpath}, on_output=_step_counter(progress))
         finally:
             progress.stop()

@@ -13,7 +13,9 @@ ggml list their CUDA sources with ``file(GLOB)`` without ``CONFIGURE_DEPENDS``, 
 a commit that adds or removes a ``.cu`` file without touching a CMakeLists.txt
 would otherwise be built from the previous commit's source list. A step whose entry runs a compile
 step (D7) builds nothing here: that step configures its own kept scratch build
-of the source tree (:mod:`kvdiag.engine.compile_check`).
+of the source tree (:mod:`kvdiag.engine.compile_check`). A commit an earlier
+bisection judged, in the steps ``--resume`` took from it
+(:mod:`kvdiag.engine.bisect_resume`), is not built: its step is taken as recorded.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 import traceback
 from pathlib import Path
 
+from kvdiag.engine.bisect_resume import Resumed
 from kvdiag.engine.execute import RunInterrupted, RunOptions, pick_step, run_entry
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.scratch_build import BuildFailed, BuildRecipe, build_tree
@@ -61,8 +64,9 @@ def append_step(path: Path, record: StepRecord) -> None:
 def bisect_step(entry: Entry, *, source: Path, build_dir: Path, recipe: BuildRecipe | None, home: Path,
                 record: Path | None = None, step: str | None = None, sanitizer: Path | None = None,
                 progress: Progress | None = None, direction: Direction = Direction.CAUSE,
-                role: str = ROLE_STEP) -> StepRecord:
-    """Build (unless ``recipe`` is None) the commit checked out in ``source``, run the entry, and record it.
+                role: str = ROLE_STEP, resumed: Resumed | None = None) -> StepRecord:
+    """Build (unless ``recipe`` is None) the commit checked out in ``source``, run the entry, and record it;
+    or, when ``resumed`` holds that commit, take the earlier bisection's step instead.
 
     Ctrl-C is re-raised as KeyboardInterrupt (git bisect run then stops): it is not a verdict about the commit.
     """
@@ -76,11 +80,15 @@ def bisect_step(entry: Entry, *, source: Path, build_dir: Path, recipe: BuildRec
         step_dir = store.create(f"{entry.id}-bisect-step",
                                 RunRecord(entry=f"{entry.id}-bisect-step", status="running", kind="bisect-step"))
         commit = Git(source, step_dir.logs, "git-step").out("rev-parse", "HEAD", name="head")
-        outcome = _build_and_run(entry, source, build_dir, recipe, home, store, step_dir.logs, step, sanitizer,
-                                 progress, direction, times)
-        outcome = StepRecord(commit=commit, role=role, duration_s=time.monotonic() - started,
-                             configure_s=times.get("configure"), build_s=times.get("build"),
-                             run_s=times.get("run"), **outcome)
+        taken = resumed.take(commit, role) if resumed is not None else None
+        if taken is not None:
+            outcome = taken
+        else:
+            fields = _build_and_run(entry, source, build_dir, recipe, home, store, step_dir.logs, step, sanitizer,
+                                    progress, direction, times)
+            outcome = StepRecord(commit=commit, role=role, duration_s=time.monotonic() - started,
+                                 configure_s=times.get("configure"), build_s=times.get("build"),
+                                 run_s=times.get("run"), **fields)
     except (KeyboardInterrupt, CommandInterrupted):
         raise KeyboardInterrupt from None
     except Exception as exc:  # noqa: BLE001 - any failure of kvdiag is a skip for git, recorded with its reason

@@ -28,9 +28,10 @@ from typing import Any, Mapping, Sequence
 from kvdiag.exitcodes import ExitCode
 
 __all__ = ["BisectRecord", "CommitEvidence", "Direction", "StepRecord", "GOOD", "BAD", "SKIP",
-           "ROLE_OLD", "ROLE_NEW", "ROLE_STEP"]
+           "ROLE_OLD", "ROLE_NEW", "ROLE_STEP", "STEPS_FILE"]
 
 GOOD, BAD, SKIP = 0, 1, 125            # git bisect run: 0 old, 1 new, 125 skip
+STEPS_FILE = "bisect-steps.json"       # a bisection's steps, in its run folder, one StepRecord each
 ROLE_OLD, ROLE_NEW, ROLE_STEP = "old end", "new end", "step"
 
 
@@ -96,12 +97,18 @@ class StepRecord:
     configure_s: float | None = None
     build_s: float | None = None
     run_s: float | None = None         # None when no run happened (a failed build)
+    # Taken from the earlier bisection with this run id (`kvdiag bisect --resume`), not built and run in
+    # this one: the times are what it cost there.
+    reused_from: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"commit": self.commit, "role": self.role, "verdict": self.verdict, "reason": self.reason,
+        data = {"commit": self.commit, "role": self.role, "verdict": self.verdict, "reason": self.reason,
                 "exit": self.exit, "run_dir": self.run_dir, "duration_s": round(self.duration_s, 3),
                 "configure_s": _seconds(self.configure_s), "build_s": _seconds(self.build_s),
                 "run_s": _seconds(self.run_s), "build_log": self.build_log}
+        if self.reused_from:
+            data["reused_from"] = self.reused_from
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StepRecord":
@@ -111,7 +118,7 @@ class StepRecord:
                    run_dir=data.get("run_dir"), duration_s=_seconds(data.get("duration_s")) or 0.0,
                    build_log=data.get("build_log"), role=str(data.get("role") or ROLE_STEP),
                    configure_s=_seconds(data.get("configure_s")), build_s=_seconds(data.get("build_s")),
-                   run_s=_seconds(data.get("run_s")))
+                   run_s=_seconds(data.get("run_s")), reused_from=data.get("reused_from") or None)
 
 
 @dataclass(frozen=True)

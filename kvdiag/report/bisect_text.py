@@ -11,9 +11,10 @@ def _seconds(value: float | None) -> str:
 
 
 def step_rows(report: BisectRecord) -> list[tuple]:
-    """One row per commit judged: role, commit, verdict, git's term, configure/build/run/total seconds, reason."""
+    """One row per commit judged: role, commit, verdict, git's term, configure/build/run/total seconds, reason.
+    A step taken from an earlier bisection (--resume) says so in its role; its seconds are that run's."""
     term = report.direction.term_of
-    return [(s.role, s.commit[:12], s.verdict, term(s.exit), _seconds(s.configure_s), _seconds(s.build_s),
+    return [(f"{s.role} (taken)" if s.reused_from else s.role, s.commit[:12], s.verdict, term(s.exit), _seconds(s.configure_s), _seconds(s.build_s),
              _seconds(s.run_s), _seconds(s.duration_s), clip(s.reason, 80)) for s in report.steps]
 
 
@@ -44,9 +45,15 @@ def render_bisect(report: BisectRecord) -> str:
     skipped = report.skipped()
     if skipped:
         lines.append(f"skipped (never blamed): {', '.join(_skip_text(s) for s in skipped)}")
-    total = sum(s.duration_s for s in report.steps)
-    lines.append(f"{len(report.steps)} commit(s) judged in {total:.1f} s"
+    here = [s for s in report.steps if not s.reused_from]
+    taken = [s for s in report.steps if s.reused_from]
+    lines.append(f"{len(here)} commit(s) judged in {sum(s.duration_s for s in here):.1f} s"
                  + (f"; compiler launcher {report.launcher}" if report.launcher else ""))
+    for run_id in dict.fromkeys(s.reused_from for s in taken):
+        from_run = [s for s in taken if s.reused_from == run_id]
+        lines.append(f"{len(from_run)} commit(s) taken from run {run_id}, judged there in "
+                     f"{sum(s.duration_s for s in from_run):.1f} s: "
+                     + ", ".join(f"{s.commit[:12]} ({s.verdict})" for s in from_run))
     if report.status_unchanged:
         lines.append("source tree: untouched (git status --porcelain identical before and after)")
     else:

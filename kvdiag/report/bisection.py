@@ -43,7 +43,9 @@ class BisectionFinding:
                 "commit": found.commit[:12] if found else None, "subject": found.subject if found else None,
                 "message": r.message, "candidates": [c[:12] for c in r.candidates],
                 "range": f"{r.old[:12]}..{r.new[:12]}", "judged": len(r.steps), "run_id": self.run_id,
-                "tree": r.repository or r.source, "ends_verified": r.ends_verified}
+                "tree": r.repository or r.source, "ends_verified": r.ends_verified,
+                "taken": sorted({s.reused_from for s in r.steps if s.reused_from}),
+                "taken_count": sum(1 for s in r.steps if s.reused_from)}
 
 
 def latest_bisections(store: RunStore, entry_id: str) -> list[BisectionFinding]:
@@ -101,6 +103,9 @@ def _run_line(finding: BisectionFinding, when: str) -> str:
         head = (f"**{v['direction']} bisection, no commit named**: {md_text(v['message'])}"
                 + (f" ({named})" if named else "") + "; ")
     judged = f"{v['judged']} commit{'' if v['judged'] == 1 else 's'} judged"
+    if v["taken"]:
+        judged += f", {v['taken_count']} of them taken from run{'s' if len(v['taken']) > 1 else ''} " + ", ".join(
+            md_code(run_id) for run_id in v["taken"])
     ends = "both ends as required" if v["ends_verified"] else "the ends NOT as required"
     tree = f", tree {md_code(v['tree'])}" if v["tree"] else ""
     return (f"{head}established by `kvdiag bisect {v['flag']}` over {md_code(v['range'])} ({judged}, {ends}), "
