@@ -114,3 +114,17 @@ def test_registry_commits_are_listed_per_repository_with_their_note(tmp_path: Pa
                                            "`0f36dae80000`, fixed `abc123400000` (")   # full ids, shortened
     assert text.splitlines()[-1] == "No `kvdiag bisect` of D2 is recorded in this run store."
     shutil.rmtree(tmp_path / "registry")
+
+
+def test_a_resumed_bisection_says_which_of_its_commits_were_taken_from_which_run(tmp_path: Path):
+    d2 = entry(tmp_path, "D2", d2_without_commits)
+    store = RunStore(tmp_path / "home")
+    earlier = "20261203-083120.720411-0001-D2-bisect"
+    steps = (StepRecord(OLD, "confirmed", "x", 0, role="old end", reused_from=earlier),
+             StepRecord(NEW, "not-reproduced", "y", 1, role="new end"))
+    resumed = BisectRecord("D2", Direction.FIX, OLD, NEW, CommitEvidence(FOUND, "the change", "not-reproduced",
+                                                                         "clean"), None, (), steps, "found",
+                           "/runs/x", source="/src/ggml", extra={"resumed_from": earlier})
+    bisect_run(store, "20261204-100000.000000-0001-D2-bisect", resumed)
+    line = bisection_markdown(d2, store).splitlines()[0]
+    assert f"(2 commits judged, 1 of them taken from run `{earlier}`, both ends as required)" in line
