@@ -201,7 +201,7 @@ def _why_not(step: StepRecord, decisive: set[str], store: RunStore, step_name: s
         return f"{step.verdict} is not a verdict this direction decides on; judged again"
     run = _entry_run(store, step)
     if run is None:
-        return f"its run {Path(str(step.run_dir or '?')).name} is not in this run store"
+        return f"its run {Path(str(step.run_dir or '?')).name} is not in this run store, or cannot be read"
     outcome = run.get("outcome") if isinstance(run.get("outcome"), dict) else {}
     if run.get("status") != "finished" or outcome.get("verdict") != step.verdict:
         return (f"its run {Path(str(step.run_dir)).name} is {run.get('status')} with verdict "

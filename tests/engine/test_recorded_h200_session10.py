@@ -89,7 +89,8 @@ def test_a_step_whose_evidence_did_not_travel_is_built_again(store: RunStore, d1
     shutil.rmtree(store.root / "20261203-085236.064266-0004-D1")
     taken = resumed(store, d1)
     assert taken.steps == {}
-    assert taken.passed_over == ((OLD_END, "its run 20261203-085236.064266-0004-D1 is not in this run store"),)
+    assert taken.passed_over == (
+        (OLD_END, "its run 20261203-085236.064266-0004-D1 is not in this run store, or cannot be read"),)
 
 
 def test_resume_from_a_step_run_instead_of_the_bisection_is_a_usage_error(store: RunStore, d1):
