@@ -1,0 +1,85 @@
+"""Device session 12 on the H200 (tests/fixtures/device/h200-session12): D1's bisection resumed from session
+10's store took the judged old end there, then lost its machine while the new end was building. The next
+session resumes from this newest bisection, so its record must carry the old end on, with session 10's
+evidence, and say which bisection judged it."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from kvdiag.engine.bisect_resume import load_resumed, read_resumed
+from kvdiag.engine.bisect_step import read_steps
+from kvdiag.engine.scratch_build import BuildRecipe
+from kvdiag.records.bisect import Direction
+from kvdiag.registry.loader import load_registry
+from kvdiag.store.runs import RunStore
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "device"
+SESSION10 = "20261203-083120.720411-0001-D1-bisect"
+SESSION12 = "20261203-231300.373927-0001-D1-bisect"
+OLD_END = "a12d7e228046b06faa6e17d7713dc50db8c94d11"
+CONFIGURE = ("cmake -S {source} -B {build} -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "
+             "-DCMAKE_CUDA_FLAGS=-lineinfo -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_WEBUI=OFF")
+BUILD = "ninja -C {build} -j {jobs} test-backend-ops"
+
+
+def _store(root: Path, *sessions: str) -> RunStore:
+    for session in sessions:
+        with tarfile.open(FIXTURES / session / "store.tar.gz") as archive:
+            archive.extractall(root, filter="data")
+    return RunStore(root)
+
+
+def _resume(store: RunStore, run_id: str):
+    d1 = load_registry(REPO / "registry").get("D1")
+    recipe = BuildRecipe(configure_cmd=CONFIGURE, build_cmd=BUILD, jobs=None, launcher=None)
+    return load_resumed(store, run_id, d1, recipe, None, Direction.CAUSE, lambda: ["sm_90"])
+
+
+def test_on_the_device_the_old_end_was_taken_not_built_again(tmp_path: Path):
+    store = _store(tmp_path, "h200-session12")
+    taken = read_resumed(store.root / SESSION12 / "resume.json")
+    assert taken.run_id == SESSION10 and taken.status == "abandoned" and taken.passed_over == ()
+    (old,) = read_steps(store.root / SESSION12 / "bisect-steps.json")
+    assert (old.commit, old.role, old.verdict, old.reused_from) == (OLD_END, "old end", "not-reproduced", SESSION10)
+    build_log = store.root / "20261203-231302.931150-0002-D1-bisect-step" / "logs" / "bisect-build.stdout.log"
+    assert build_log.read_text().splitlines()[-1].startswith("[127/521] ")    # the new end, cut short
+
+
+def test_the_next_session_resumes_from_the_newest_bisection_and_keeps_the_old_end(tmp_path: Path):
+    taken = _resume(_store(tmp_path, "h200-session10", "h200-session12"), SESSION12)
+    assert taken.status == "abandoned" and list(taken.steps) == [OLD_END] and taken.passed_over == ()
+    assert taken.take(OLD_END, "old end").build_s == 1266.698
+
+
+def test_without_session_10s_evidence_run_the_old_end_is_built_again(tmp_path: Path):
+    taken = _resume(_store(tmp_path, "h200-session12"), SESSION12)
+    assert taken.steps == {}
+    ((commit, why),) = taken.passed_over
+    assert commit == OLD_END and "20261203-085236.064266-0004-D1" in why
+
+
+def test_the_new_ends_build_stalled_on_the_kvarn_instances(tmp_path: Path):
+    """ninja's log: nothing finished after 177.8 s; the processes at 522 s: 16 KVarN MMA instances."""
+    rows = [line.split("\t") for line in (FIXTURES / "h200-session12" / "new-end-partial.ninja_log").read_text()
+            .splitlines() if not line.startswith("#")]
+    assert len(rows) == 128 and max(int(r[1]) for r in rows) == 177795
+    assert not any("fattn-mma-kvarn-instance" in r[3] for r in rows)
+    ps = (FIXTURES / "h200-session12" / "ps-at-521s.txt").read_text()
+    running = {line.split("fattn-mma-kvarn-instance-")[1].split(".")[0] for line in ps.splitlines()
+               if "fattn-mma-kvarn-instance-" in line}
+    assert len(running) == 16
+
+
+@pytest.mark.parametrize("session", ["h200-session12"])
+def test_no_machine_path_is_left_in_the_record(session: str):
+    for name in ("store.tar.gz",):
+        with tarfile.open(FIXTURES / session / name) as archive:
+            for member in archive.getmembers():
+                if member.isfile():
+                    text = archive.extractfile(member).read().decode("utf-8", "replace")
+                    assert "/tmp/d/" not in text and "kvdiag-bisect-D1-" not in text, member.name
