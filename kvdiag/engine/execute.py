@@ -32,7 +32,7 @@ from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.fileio import write_atomic
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.proc.signals import interruption
-from kvdiag.proc.slots import SlotPool, gpu_slots
+from kvdiag.proc.slots import SlotPool, gpu_slots, scan_slots
 from kvdiag.progress import Progress
 from kvdiag.records.run import RunRecord, log_truncation
 from kvdiag.registry.entry import Entry, Step
@@ -445,7 +445,7 @@ def gpu_lease(entry: Entry, target: Target, options: RunOptions):
     device = options.device or target.first_device
     total = device.total_memory_bytes if device and device.total_memory_bytes else 16 << 30
     key = target.device_key() if options.device is None else _device_key(options.device)
-    pool = SlotPool(key, gpu_slots(total))
+    pool = SlotPool(key, scan_slots(total) if options.scan_case else gpu_slots(total))
     return pool.acquire(options.slots, timeout=None)
 
 

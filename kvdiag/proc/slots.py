@@ -58,10 +58,13 @@ __all__ = [
     "UnsafeLockPath",
     "default_lock_root",
     "gpu_slots",
+    "scan_slots",
     "slots_for_memory",
 ]
 
 DEFAULT_PER_SLOT_BYTES = 16 * 1024**3
+SCAN_PER_SLOT_BYTES = 8 * 1024**3
+SCAN_MAX_SLOTS = 16
 SLOTS_VARIABLE = "KVDIAG_GPU_SLOTS"
 MAX_SLOTS_OVERRIDE = 64
 POLL_S = 0.1
@@ -129,14 +132,34 @@ def gpu_slots(total_bytes: int, environ: dict[str, str] | None = None) -> int:
     """How many GPU processes one device runs at once: ``$KVDIAG_GPU_SLOTS`` when set, else
     slots_for_memory.
 
-    Why a setting: one slot per 16 GiB is a guess at a process's memory, not a measurement. On the
-    H200 (device session 9) a whole-op D2 scan's 8 processes used at most 5.3 GiB of GPU memory in
-    all, the GPU was 8 % busy and 6 of 16 cores were, while both of the scan's phases kept all 8
-    slots busy: the pool, not the GPU, bounded it. The variable lets a machine be measured with
-    more (or fewer) at once; every kvdiag process sharing the GPU should be given the same value."""
+    Why a setting: one slot per 16 GiB is a guess at a process's memory, not a measurement; it
+    stays the rule for runs and sweeps, whose steps may load a model. The variable lets a machine
+    be measured with more (or fewer) at once; every kvdiag process sharing the GPU should be given
+    the same value."""
+    return _override(environ) or slots_for_memory(total_bytes)
+
+
+def scan_slots(total_bytes: int, environ: dict[str, str] | None = None, cpus: int | None = None) -> int:
+    """How many of a scan's case processes one device runs at once: ``$KVDIAG_GPU_SLOTS`` when set,
+    else one per 8 GiB of the GPU's memory, at most 16 and at most the host's cores.
+
+    Why its own rule: a scan's processes are test-backend-ops cases, far smaller than the 16 GiB a
+    run's slot assumes. On the H200 (device session 12) the whole-op D2 scan's 16 processes used at
+    most 10.6 GiB of GPU memory in all, the GPU was 14 % busy and 9.2 of 16 cores were; its wall
+    was 57.6 s, against 67.0 s with 8 slots (device session 9), where the pool, not the GPU, had
+    bounded it. Each process keeps about a core busy, so the host's cores cap the pool; 16 is the
+    most measured. A run's 16 GiB slots and a scan's share the same lock files, so a scan beside a
+    sweep still never has more than its own count at once."""
+    cores = cpus if cpus is not None else (os.cpu_count() or 1)
+    return _override(environ) or slots_for_memory(total_bytes, SCAN_PER_SLOT_BYTES,
+                                                  max(1, min(SCAN_MAX_SLOTS, cores)))
+
+
+def _override(environ: dict[str, str] | None) -> int | None:
+    """``$KVDIAG_GPU_SLOTS`` as a count, None when unset; anything but 1 to 64 is a usage error."""
     value = (os.environ if environ is None else environ).get(SLOTS_VARIABLE, "").strip()
     if not value:
-        return slots_for_memory(total_bytes)
+        return None
     if not value.isdigit() or not 1 <= int(value) <= MAX_SLOTS_OVERRIDE:
         raise UsageError(f"${SLOTS_VARIABLE} must be a whole number from 1 to {MAX_SLOTS_OVERRIDE}, got {value!r}")
     return int(value)

@@ -83,3 +83,45 @@ def test_no_machine_path_is_left_in_the_record(session: str):
                 if member.isfile():
                     text = archive.extractfile(member).read().decode("utf-8", "replace")
                     assert "/tmp/d/" not in text and "kvdiag-bisect-D1-" not in text, member.name
+
+
+BENCH = FIXTURES / "h200-session12" / "bench"
+FAST = "16at0b128_auto+entry+bykernel+nooverlap+slots16.json.gz"
+OLD_PATH = "8at0_plain.json.gz"
+
+
+def _scan(name: str) -> dict:
+    import gzip
+    import json
+
+    with gzip.open(BENCH / name, "rt") as fh:
+        return json.load(fh)
+
+
+def _affected(scan: dict) -> set[str]:
+    return {case for case, result in scan["cases"].items() if result["verdict"] == "confirmed"}
+
+
+def test_the_whole_op_scan_took_under_a_minute_and_found_what_the_old_path_found():
+    """#25: upstream 749f688fc, `scan D2 --params hsk`, one bench run: 16 slots 57.6 s, the old path 93.8 s."""
+    fast, old = _scan(FAST), _scan(OLD_PATH)
+    assert fast["wall_s"] <= 60 < old["wall_s"]
+    assert (fast["wall_s"], old["wall_s"]) == (57.577, 93.789)
+    assert len(fast["cases"]) == len(old["cases"]) == 2932
+    assert _affected(fast) == _affected(old) and len(_affected(fast)) == 1330
+    assert fast["counts"]["inconclusive"] == fast["counts"]["error"] == 0
+    route, detect = fast["phases"]["route"], fast["phases"]["detect"]
+    assert (route["processes"], detect["processes"]) == (16, 16)
+    assert route["cases"] == 2932 and detect["cases"] == 2031
+
+
+def test_the_scans_default_pool_on_that_machine_is_the_one_measured():
+    """The H200's 16 cores and 150 GB give a scan 16 slots: the measured variant's count, no variable needed."""
+    import gzip
+
+    from kvdiag.proc.slots import scan_slots
+
+    assert scan_slots(150_109_880_320, {}, cpus=16) == 16
+    gpu = gzip.open(BENCH / "bench-gpu.csv.gz", "rt").read().splitlines()
+    peak_mib = max(float(line.split(",")[2].split()[0]) for line in gpu[1:] if "MiB" in line)
+    assert peak_mib == 10603.0            # the whole bench's peak: 16 processes in 10.4 GiB, not 16 x 8 GiB

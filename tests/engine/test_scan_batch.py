@@ -218,9 +218,12 @@ def test_cli_batch_out_of_range_is_a_usage_error(kv, capsys):
     assert "--batch" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("n_devices, batched, workers", [(1, True, 8), (2, True, 4), (3, True, 3), (2, False, 8)])
-def test_default_workers_share_one_gpu_s_pool_among_gpus_when_batched(n_devices, batched, workers):
+@pytest.mark.parametrize("n_devices, batched, workers", [(1, True, 16), (2, True, 8), (3, True, 6), (2, False, 16)])
+def test_default_workers_share_one_gpu_s_pool_among_gpus_when_batched(n_devices, batched, workers, monkeypatch):
     from kvdiag.engine.scan_session import default_workers
+
+    monkeypatch.delenv("KVDIAG_GPU_SLOTS", raising=False)
+    monkeypatch.setattr("kvdiag.proc.slots.os.cpu_count", lambda: 16)     # a 16-core host, as the H200's
 
     h200 = type("D", (), {"total_memory_bytes": 150_109_880_320})()
     assert default_workers(h200, n_devices, batched) == workers

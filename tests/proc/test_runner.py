@@ -332,6 +332,21 @@ def test_ctrl_c_kills_the_group_writes_the_logs_and_raises(tmp_path):
     assert wait_until(lambda: pid_gone(grandchild) and pid_gone(victim), 5)
 
 
+def test_ctrl_c_while_the_child_is_being_started_still_stops_its_group(tmp_path):
+    """A Ctrl-C between the spawn and the watch (seen under load: the pid's cmd.json fsync) is held
+    until the group can be stopped, never raised with the group left running."""
+    log_dir = tmp_path / "logs"
+    proc = subprocess.run(
+        [sys.executable, str(SCENARIOS / "gets_sigint_while_the_runner_starts_its_child.py"), str(log_dir),
+         str(SCENARIOS / "hangs_forever.py")],
+        capture_output=True, text=True, env=child_env(), cwd=REPO, timeout=30)
+    ended = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (proc.returncode, ended["ended"]) == (130, "CommandInterrupted"), proc.stderr
+    res = cmd_json(log_dir, "victim")["result"]
+    assert res["interrupted"] is True and res["pid"] == ended["pid"]
+    assert wait_until(lambda: pid_gone(ended["pid"]), 5)
+
+
 def test_command_interrupted_carries_the_result():
     r = CommandResult(argv=("x",), returncode=None, signal=15, timed_out=False, interrupted=True,
                       duration_s=1.0, log_dir=Path("/r/logs"), stdout_path=Path("/r/logs/a.stdout.log"),

@@ -238,5 +238,40 @@ def test_gpu_slots_is_the_memory_rule_unless_the_machine_is_given_a_count(monkey
 
     monkeypatch.setenv(SLOTS_VARIABLE, "12")
     assert default_workers(Device(), 1, batched=True) == 12      # -j's default follows the pool
-    monkeypatch.delenv(SLOTS_VARIABLE)
-    assert default_workers(Device(), 1, batched=True) == 8
+
+
+H200 = 150_109_880_320            # total_memory_bytes of the H200 (device sessions 9 and 12)
+
+
+@pytest.mark.parametrize(("total", "cpus", "expected"), [
+    (H200, 16, 16),               # device session 12: 16 processes, 10.6 GiB in all, 57.6 s
+    (H200, 128, 16),              # 16 is the most measured
+    (H200, 6, 6),                 # each process keeps about a core busy: the host caps the pool
+    (85_899_345_920, 16, 10),     # an 80 GiB H100: one per 8 GiB
+    (8 * GIB, 16, 1),
+    (2 * GIB, 16, 1),
+    (H200, 1, 1),
+])
+def test_a_scans_case_processes_get_their_own_smaller_slots(total, cpus, expected):
+    from kvdiag.proc.slots import scan_slots
+
+    assert scan_slots(total, {}, cpus=cpus) == expected
+
+
+def test_the_variable_sets_a_scans_pool_as_it_sets_a_runs(monkeypatch):
+    from kvdiag.engine.scan_session import default_workers
+    from kvdiag.errors import UsageError
+    from kvdiag.proc.slots import SLOTS_VARIABLE, gpu_slots, scan_slots
+
+    assert scan_slots(H200, {SLOTS_VARIABLE: "4"}, cpus=16) == gpu_slots(H200, {SLOTS_VARIABLE: "4"}) == 4
+    assert gpu_slots(H200, {}) == 8                                   # runs and sweeps keep 16 GiB a slot
+    with pytest.raises(UsageError, match=r"^\$KVDIAG_GPU_SLOTS must be a whole number"):
+        scan_slots(H200, {SLOTS_VARIABLE: "0"})
+
+    class Device:
+        total_memory_bytes = H200
+
+    monkeypatch.delenv(SLOTS_VARIABLE, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert default_workers(Device(), 1, batched=True) == 16            # the scan's -j follows its own pool
+    assert default_workers(Device(), 2, batched=True) == 8             # shared among two GPUs
