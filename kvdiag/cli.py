@@ -315,9 +315,8 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
               help="The build folder (default: $LLAMA_KV_BUILD).")
 @click.option("-j", "--jobs", type=Count(1, 64), default=None,
-              help="Parallel processes per GPU (default: a scan's slot pool, one per 8 GiB of the GPU's memory, "
-                   "at most 16 and at most the host's cores, or $KVDIAG_GPU_SLOTS; with batches on several "
-                   "GPUs, that many in all, shared among them).")
+              help="Parallel processes per GPU (default: a scan's slot pool, one per 8 GiB of GPU memory, at most 16 "
+                   "and the host's cores, or $KVDIAG_GPU_SLOTS; on several GPUs, that many in all, shared).")
 @click.option("--op", help="Override the entry's op.")
 @click.option("--params", help="Override the entry's case-space regex (test-backend-ops -p).")
 @click.option("--limit", type=Count(1, 100000), help="Run only the first N supported cases.")

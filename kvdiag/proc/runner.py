@@ -363,21 +363,18 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     """
     if timeout is None or not (math.isfinite(timeout) and timeout > 0):     # NaN compares false: no deadline
         raise ValueError(f"timeout must be a finite positive number of seconds, not {timeout!r}")
-    # A Ctrl-C while the child is being started (its cmd.json written and fsynced twice, slow on a
-    # loaded disk) is held until it has a group to stop: raised there, it left the group running.
+    # A Ctrl-C while the child starts (its cmd.json fsynced) waits for a group to stop, never leaves one running.
     with sigint_deferred() as early_sigints:
         command = start_command(argv, log_dir=log_dir, name=name, env=env, env_overrides=env_overrides, cwd=cwd,
                                 tty=tty, on_output=on_output,
                                 record={"timeout_s": timeout, "kill_grace_s": kill_grace})
     watch = _Watch()
-    if early_sigints:
+    watch.interrupted = bool(early_sigints)
+    try:
+        if not watch.interrupted:
+            watch.until_done(command, deadline=command.started + timeout, quiet_timeout=quiet_timeout, cancel=cancel)
+    except KeyboardInterrupt:
         watch.interrupted = True
-    else:
-        try:
-            watch.until_done(command, deadline=command.started + timeout, quiet_timeout=quiet_timeout,
-                             cancel=cancel)
-        except KeyboardInterrupt:
-            watch.interrupted = True
     with sigint_deferred() as extra_sigints:
         result = _finish(command, watch, timeout=timeout, kill_grace=kill_grace)
         if extra_sigints:
