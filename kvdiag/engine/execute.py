@@ -445,7 +445,8 @@ def gpu_lease(entry: Entry, target: Target, options: RunOptions):
     device = options.device or target.first_device
     total = device.total_memory_bytes if device and device.total_memory_bytes else 16 << 30
     key = target.device_key() if options.device is None else _device_key(options.device)
-    pool = SlotPool(key, scan_slots(total) if options.scan_case else gpu_slots(total))
+    known = device.total_memory_bytes if device else None
+    pool = SlotPool(key, scan_slots(known) if options.scan_case else gpu_slots(total))
     return pool.acquire(options.slots, timeout=None)
 
 

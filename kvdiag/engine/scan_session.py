@@ -172,7 +172,7 @@ def default_workers(device, n_devices: int, batched: bool) -> int:
     Batches are bounded by the host, which starts only so many CUDA processes at once,
     not by the GPUs: on two H200s, D2's 132 cases took 8.4 s with 8 workers on one GPU,
     8.4 s with 4 on each of two and 11.1 s with 8 on each (device-x2-call12.log)."""
-    slots = scan_slots(device.total_memory_bytes if device and device.total_memory_bytes else 16 << 30)
+    slots = scan_slots(device.total_memory_bytes if device else None)
     if batched and n_devices > 1:
         return max(1, -(-slots // n_devices))
     return slots

@@ -139,9 +139,10 @@ def gpu_slots(total_bytes: int, environ: dict[str, str] | None = None) -> int:
     return _override(environ) or slots_for_memory(total_bytes)
 
 
-def scan_slots(total_bytes: int, environ: dict[str, str] | None = None, cpus: int | None = None) -> int:
+def scan_slots(total_bytes: int | None, environ: dict[str, str] | None = None, cpus: int | None = None) -> int:
     """How many of a scan's case processes one device runs at once: ``$KVDIAG_GPU_SLOTS`` when set,
-    else one per 8 GiB of the GPU's memory, at most 16 and at most the host's cores.
+    else one per 8 GiB of the GPU's memory, at most 16 and at most the host's cores, and never fewer
+    than a run gets (gpu_slots); one when the GPU's memory is unknown, as a run's rule gives then.
 
     Why its own rule: a scan's processes are test-backend-ops cases, far smaller than the 16 GiB a
     run's slot assumes. On the H200 (device session 12) the whole-op D2 scan's 16 processes used at
@@ -151,8 +152,10 @@ def scan_slots(total_bytes: int, environ: dict[str, str] | None = None, cpus: in
     most measured. A run's 16 GiB slots and a scan's share the same lock files, so a scan beside a
     sweep still never has more than its own count at once."""
     cores = cpus if cpus is not None else (os.cpu_count() or 1)
-    return _override(environ) or slots_for_memory(total_bytes, SCAN_PER_SLOT_BYTES,
-                                                  max(1, min(SCAN_MAX_SLOTS, cores)))
+    if not total_bytes:
+        return _override(environ) or 1
+    return _override(environ) or max(slots_for_memory(total_bytes), slots_for_memory(
+        total_bytes, SCAN_PER_SLOT_BYTES, max(1, min(SCAN_MAX_SLOTS, cores))))
 
 
 def _override(environ: dict[str, str] | None) -> int | None:
