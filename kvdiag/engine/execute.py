@@ -443,10 +443,9 @@ def gpu_lease(entry: Entry, target: Target, options: RunOptions):
     if not entry.requires.gpu:
         return contextlib.nullcontext()
     device = options.device or target.first_device
-    total = device.total_memory_bytes if device and device.total_memory_bytes else 16 << 30
-    key = target.device_key() if options.device is None else _device_key(options.device)
     known = device.total_memory_bytes if device else None
-    pool = SlotPool(key, scan_slots(known) if options.scan_case else gpu_slots(total))
+    key = target.device_key() if options.device is None else _device_key(options.device)
+    pool = SlotPool(key, scan_slots(known) if options.scan_case else gpu_slots(known or 16 << 30))
     return pool.acquire(options.slots, timeout=None)
 
 

@@ -148,14 +148,17 @@ def scan_slots(total_bytes: int | None, environ: dict[str, str] | None = None, c
     run's slot assumes. On the H200 (device session 12) the whole-op D2 scan's 16 processes used at
     most 10.6 GiB of GPU memory in all, the GPU was 14 % busy and 9.2 of 16 cores were; its wall
     was 57.6 s, against 67.0 s with 8 slots (device session 9), where the pool, not the GPU, had
-    bounded it. Each process keeps about a core busy, so the host's cores cap the pool; 16 is the
-    most measured. A run's 16 GiB slots and a scan's share the same lock files, so a scan beside a
-    sweep still never has more than its own count at once."""
-    cores = cpus if cpus is not None else (os.cpu_count() or 1)
+    bounded it. 16 processes kept 9.2 cores busy, so the host's cores cap the pool; 16 is the most
+    measured. A run's slots and a scan's are the same lock files: a scan beside a sweep shares them,
+    and the two together never run more processes than the larger pool."""
+    override = _override(environ)
+    if override:
+        return override
     if not total_bytes:
-        return _override(environ) or 1
-    return _override(environ) or max(slots_for_memory(total_bytes), slots_for_memory(
-        total_bytes, SCAN_PER_SLOT_BYTES, max(1, min(SCAN_MAX_SLOTS, cores))))
+        return 1
+    cores = cpus if cpus is not None else (os.cpu_count() or 1)
+    return max(slots_for_memory(total_bytes),
+               slots_for_memory(total_bytes, SCAN_PER_SLOT_BYTES, max(1, min(SCAN_MAX_SLOTS, cores))))
 
 
 def _override(environ: dict[str, str] | None) -> int | None:

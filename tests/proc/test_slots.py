@@ -246,7 +246,7 @@ H200 = 150_109_880_320            # total_memory_bytes of the H200 (device sessi
 @pytest.mark.parametrize(("total", "cpus", "expected"), [
     (H200, 16, 16),               # device session 12: 16 processes, 10.6 GiB in all, 57.6 s
     (H200, 128, 16),              # 16 is the most measured
-    (H200, 12, 12),               # each process keeps about a core busy: the host caps the pool ...
+    (H200, 12, 12),               # 16 processes kept 9.2 cores busy: the host's cores cap the pool ...
     (H200, 2, 8),                 # ... but never below a run's rule (one per 16 GiB, at most 8)
     (85_899_345_920, 16, 10),     # an 80 GiB H100: one per 8 GiB
     (8 * GIB, 16, 1),
