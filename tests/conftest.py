@@ -36,7 +36,7 @@ def two_ninjas(request, tmp_path_factory) -> tuple[Ninja, Ninja]:
 
 
 def _wheel(request, tmp_path_factory) -> Ninja:
-    cache = request.config.cache
+    cache = getattr(request.config, "cache", None)    # absent under `-p no:cacheprovider`
     folder = cache.mkdir("kvdiag-ninja") if cache is not None else tmp_path_factory.mktemp("kvdiag-ninja")
     try:
         return wheel_ninja(Path(folder))
