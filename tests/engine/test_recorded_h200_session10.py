@@ -18,13 +18,10 @@ from kvdiag.records.bisect import GOOD, Direction
 from kvdiag.registry.loader import load_registry
 from kvdiag.store.runs import RunStore
 
-REPO = Path(__file__).resolve().parents[2]
-HERE = REPO / "tests" / "fixtures" / "device" / "h200-session10"
-BISECTION = "20261203-083120.720411-0001-D1-bisect"
-OLD_END = "a12d7e228046b06faa6e17d7713dc50db8c94d11"
-CONFIGURE = ("cmake -S {source} -B {build} -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "
-             "-DCMAKE_CUDA_FLAGS=-lineinfo -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_WEBUI=OFF")
-BUILD = "ninja -C {build} -j {jobs} test-backend-ops"
+from recorded_d1_bisection import BUILD, CONFIGURE, FIXTURES, OLD_END, REPO, resume
+from recorded_d1_bisection import SESSION10 as BISECTION
+
+HERE = FIXTURES / "h200-session10"
 
 
 @pytest.fixture
@@ -39,10 +36,8 @@ def d1():
     return load_registry(REPO / "registry").get("D1")
 
 
-def resumed(store: RunStore, d1, archs=("sm_90",), configure=CONFIGURE, build=BUILD, jobs=None, launcher=None,
-            step=None):
-    recipe = BuildRecipe(configure_cmd=configure, build_cmd=build, jobs=jobs, launcher=launcher)
-    return load_resumed(store, BISECTION, d1, recipe, step, Direction.CAUSE, lambda: list(archs))
+def resumed(store: RunStore, d1, **recipe):
+    return resume(store, BISECTION, d1, **recipe)
 
 
 def test_the_recorded_old_end_held_after_a_full_build_of_twenty_one_minutes(store: RunStore):

@@ -10,38 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.bisect_resume import load_resumed, read_resumed
+from kvdiag.engine.bisect_resume import read_resumed
 from kvdiag.engine.bisect_step import read_steps
-from kvdiag.engine.scratch_build import BuildRecipe
-from kvdiag.records.bisect import Direction
-from kvdiag.registry.loader import load_registry
-from kvdiag.store.runs import RunStore
-
-REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / "tests" / "fixtures" / "device"
-SESSION10 = "20261203-083120.720411-0001-D1-bisect"
-SESSION12 = "20261203-231300.373927-0001-D1-bisect"
-OLD_END = "a12d7e228046b06faa6e17d7713dc50db8c94d11"
-CONFIGURE = ("cmake -S {source} -B {build} -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "
-             "-DCMAKE_CUDA_FLAGS=-lineinfo -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_WEBUI=OFF")
-BUILD = "ninja -C {build} -j {jobs} test-backend-ops"
-
-
-def _store(root: Path, *sessions: str) -> RunStore:
-    for session in sessions:
-        with tarfile.open(FIXTURES / session / "store.tar.gz") as archive:
-            archive.extractall(root, filter="data")
-    return RunStore(root)
-
-
-def _resume(store: RunStore, run_id: str):
-    d1 = load_registry(REPO / "registry").get("D1")
-    recipe = BuildRecipe(configure_cmd=CONFIGURE, build_cmd=BUILD, jobs=None, launcher=None)
-    return load_resumed(store, run_id, d1, recipe, None, Direction.CAUSE, lambda: ["sm_90"])
+from recorded_d1_bisection import FIXTURES, OLD_END, SESSION10, SESSION12, resume, stores
 
 
 def test_on_the_device_the_old_end_was_taken_not_built_again(tmp_path: Path):
-    store = _store(tmp_path, "h200-session12")
+    store = stores(tmp_path, "h200-session12")
     taken = read_resumed(store.root / SESSION12 / "resume.json")
     assert taken.run_id == SESSION10 and taken.status == "abandoned" and taken.passed_over == ()
     (old,) = read_steps(store.root / SESSION12 / "bisect-steps.json")
@@ -51,13 +26,13 @@ def test_on_the_device_the_old_end_was_taken_not_built_again(tmp_path: Path):
 
 
 def test_the_next_session_resumes_from_the_newest_bisection_and_keeps_the_old_end(tmp_path: Path):
-    taken = _resume(_store(tmp_path, "h200-session10", "h200-session12"), SESSION12)
+    taken = resume(stores(tmp_path, "h200-session10", "h200-session12"), SESSION12)
     assert taken.status == "abandoned" and list(taken.steps) == [OLD_END] and taken.passed_over == ()
     assert taken.take(OLD_END, "old end").build_s == 1266.698
 
 
 def test_without_session_10s_evidence_run_the_old_end_is_built_again(tmp_path: Path):
-    taken = _resume(_store(tmp_path, "h200-session12"), SESSION12)
+    taken = resume(stores(tmp_path, "h200-session12"), SESSION12)
     assert taken.steps == {}
     ((commit, why),) = taken.passed_over
     assert commit == OLD_END and "20261203-085236.064266-0004-D1" in why
