@@ -134,6 +134,9 @@ def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
     from kvdiag.store.sweeps import merge_sweeps, with_sources
 
     documents = [read_json(p, "sweep or scan") for p in shards]
+    for path, document in zip(shards, documents):
+        if not isinstance(document, dict):
+            raise DataError(f"{path}: not a kvdiag sweep or scan (the JSON is not an object)")
     scans = [is_scan(d) for d in documents]
     if any(scans):
         if not all(scans):

@@ -131,11 +131,11 @@ def source_tree_build(source_dir: Path, *, log_dir: Path) -> BuildInfo:
 
 def _existing_dir(given: Path) -> Path:
     if not given.exists():
-        raise UsageError(f"build directory {given} does not exist")
+        raise UsageError(f"build folder does not exist: {given}")
     if not given.is_dir():
-        raise UsageError(f"build directory {given} is not a directory")
+        raise UsageError(f"build folder {given} is not a folder")
     if not os.access(given, os.R_OK | os.X_OK):
-        raise UsageError(f"build directory {given} cannot be read (permission denied)")
+        raise UsageError(f"build folder {given} cannot be read (permission denied)")
     return given.resolve()
 
 

@@ -389,7 +389,7 @@ def test_g22_an_empty_registry_is_65_not_silence(kv: Faults):
 
 @pytest.mark.parametrize("content, message", [
     ('{"format": "kvdiag-sweep/1", "outc', "not a {what}: Unterminated string"),
-    ("[1, 2]", "not a kvdiag sweep (the JSON is not an object)"),
+    ("[1, 2]", "not a kvdiag {what} (the JSON is not an object)"),
     ("[" * 100000, "nested too deeply"),
 ])
 def test_g23_compare_and_merge_of_a_corrupt_sweep_are_65(kv: Faults, content, message):

@@ -86,7 +86,7 @@ def test_a_build_that_is_no_build_is_64_and_leaves_no_run_folder(kv: Faults, sta
     build = kv.root / "build"
     if stage == "a-file":
         build.write_text("not a build")
-        message = f"build directory {build} is not a directory"
+        message = f"build folder {build} is not a folder"
     else:
         build.mkdir()
         message = f"{build} is not a build directory: no CMakeCache.txt and no executables"
