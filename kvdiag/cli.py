@@ -267,7 +267,9 @@ def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, timeout, sanitizer, 
     this machine can and cannot check.
 
     Exit code: the verdict's (see `kvdiag --help`); with several entries, 1 if
-    any is confirmed, else 4 if any is inconclusive, else 0.
+    any is confirmed, else 70 if any errored, else 4 if any is inconclusive,
+    else 0 if any is not-reproduced; when none was judged, 3 if any was
+    skipped, else 2.
     """
     from kvdiag.commands.runs import run_and_show
 
@@ -287,17 +289,9 @@ def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, timeout, sanitizer, 
 
 
 def _combined_exit(outcomes) -> int:
-    from kvdiag.engine.verdict import Verdict
+    from kvdiag.engine.verdict import combined_exit_code
 
-    verdicts = [o.verdict for o in outcomes]
-    if any(o.extra.get("interrupted") for o in outcomes):
-        return int(ExitCode.INTERRUPTED)
-    if len(verdicts) == 1:
-        return int(verdicts[0].exit_code)
-    for worst in (Verdict.CONFIRMED, Verdict.ERROR, Verdict.INCONCLUSIVE):
-        if worst in verdicts:
-            return int(worst.exit_code)
-    return 0
+    return combined_exit_code([o.verdict for o in outcomes], any(o.extra.get("interrupted") for o in outcomes))
 
 
 def _parse_sets(sets) -> dict[str, str]:

@@ -79,7 +79,8 @@ def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer
     every entry, and recorded in the history ($KVDIAG_HOME/history.sqlite).
 
     Exit code: 1 if any entry is confirmed, else 70 if kvdiag failed on any,
-    else 4 if any is inconclusive, else 0 (130 when interrupted).
+    else 4 if any is inconclusive, else 0 if any is not-reproduced; when none
+    was judged, 3 if any was skipped, else 2 (130 when interrupted).
     """
     from kvdiag.commands.progress import progress_display
     from kvdiag.engine.sweep import run_sweep, select_entries, sweep_exit_code

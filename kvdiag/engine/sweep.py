@@ -32,9 +32,8 @@ from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.ranges import look_up_commits
 from kvdiag.engine.target import prepare_target
 from kvdiag.target.build import check_build_dir
-from kvdiag.engine.verdict import Outcome, Verdict
+from kvdiag.engine.verdict import Outcome, Verdict, combined_exit_code
 from kvdiag.errors import KvdiagError, UsageError
-from kvdiag.exitcodes import ExitCode
 from kvdiag.home import kvdiag_home
 from kvdiag.proc.threads import Worker, wait_all
 from kvdiag.progress import Progress
@@ -323,12 +322,5 @@ def run_sweep(selection: Sequence[Entry], build_dir: Path | None, *, shard: str 
 
 
 def sweep_exit_code(sweep: Sweep) -> int:
-    """As `kvdiag run` with several entries: 130 if interrupted, else 1 if any confirmed,
-    else 70 if any error, else 4 if any inconclusive, else 0."""
-    if sweep.interrupted:
-        return int(ExitCode.INTERRUPTED)
-    verdicts = {o.verdict for o in sweep.outcomes}
-    for worst in (Verdict.CONFIRMED, Verdict.ERROR, Verdict.INCONCLUSIVE):
-        if worst in verdicts:
-            return int(worst.exit_code)
-    return int(ExitCode.OK)
+    """As `kvdiag run` with several entries (kvdiag.records.verdict.combined_exit_code)."""
+    return combined_exit_code([o.verdict for o in sweep.outcomes], sweep.interrupted)

@@ -19,7 +19,7 @@ from kvdiag.exitcodes import ExitCode
 from kvdiag.records.ranges import RangeEvidence
 from kvdiag.records.rates import Rate
 
-__all__ = ["Attempt", "Evidence", "Outcome", "Verdict", "aggregate"]
+__all__ = ["Attempt", "Evidence", "Outcome", "Verdict", "aggregate", "combined_exit_code"]
 
 _OMITTED_WHEN_EMPTY = ("launched", "launch_listing", "launch_proof")
 
@@ -42,6 +42,27 @@ class Verdict(str, Enum):
             Verdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
             Verdict.ERROR: ExitCode.HARNESS,
         }[self]
+
+
+def combined_exit_code(verdicts, interrupted: bool = False) -> int:
+    """One exit code for several entries' verdicts (`run` with several ids, `sweep`, `merge`).
+
+    130 if interrupted; else the worst of confirmed (1), error (70), inconclusive (4). Otherwise 0
+    only when at least one entry was judged not-reproduced (or none was selected, as in an empty
+    shard): a selection in which nothing was judged
+    gives skipped (3) if any entry was skipped, else not-applicable (2), so that a CI job never
+    reads "nothing could run here" as a clean result. One verdict keeps its own code."""
+    verdicts = [Verdict(v) for v in verdicts]
+    if interrupted:
+        return int(ExitCode.INTERRUPTED)
+    if len(verdicts) == 1:
+        return int(verdicts[0].exit_code)
+    for worst in (Verdict.CONFIRMED, Verdict.ERROR, Verdict.INCONCLUSIVE):
+        if worst in verdicts:
+            return int(worst.exit_code)
+    if not verdicts or Verdict.NOT_REPRODUCED in verdicts:     # an empty shard misses nothing
+        return int(ExitCode.OK)
+    return int(ExitCode.SKIPPED if Verdict.SKIPPED in verdicts else ExitCode.NOT_APPLICABLE)
 
 
 @dataclass(frozen=True)

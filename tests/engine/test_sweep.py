@@ -227,6 +227,8 @@ def test_run_sweep_saves_records_and_exits_like_run(fake_engine: Recorder, home:
 @pytest.mark.parametrize("verdicts, code", [
     (["confirmed", "error", "inconclusive"], 1), (["error", "inconclusive", "not-reproduced"], 70),
     (["inconclusive", "skipped"], 4), (["not-reproduced", "skipped", "not-applicable"], 0), ([], 0),
+    # nothing judged is never the clean 0: skipped if anything was, else not-applicable
+    (["skipped", "skipped"], 3), (["skipped", "not-applicable"], 3), (["not-applicable", "not-applicable"], 2),
 ])
 def test_exit_codes(verdicts, code) -> None:
     sweep = Sweep({}, [{"entry": f"D{i}", "verdict": v} for i, v in enumerate(verdicts)], "", 0, None, "0")

@@ -496,6 +496,14 @@ def test_g32_an_unusable_binary_is_named_precisely(kv: Faults, stage, message):
     assert kv.run_json("D12")["outcome"]["reason"] == f"missing binary: test-backend-ops: {exe} {message}"
 
 
+def test_g32b_several_entries_of_which_none_could_run_are_never_the_clean_0(kv: Faults):
+    """0 means not-reproduced: a CI job must not read "nothing ran here" as a clean result."""
+    build = kv.build(None)              # no test-backend-ops: every entry that needs it is skipped
+    code, out, _ = kv.cli("run", "D12", "D11", "--build", build, "--no-staleness")
+    heads = [line.split()[:2] for line in out.splitlines() if line.startswith("D1")]
+    assert heads == [["D12", "SKIPPED"], ["D11", "SKIPPED"]] and code == 3
+
+
 # --------------------------------------------------------------------------- smaller
 
 def test_g33_ten_megabytes_of_output_are_stored_once(kv: Faults):
