@@ -256,7 +256,8 @@ def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> i
               help="Limit each step to this many seconds (default: the step's own budget).")
 @click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object for one entry, one array for several.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @pass_ctx
 def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, timeout, sanitizer, no_staleness, fmt, quiet) -> int:
@@ -352,7 +353,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
 
     from kvdiag.commands.runs import ScanNotRun, scan_and_show
     from kvdiag.engine.scan import scan_exit_code
-    from kvdiag.fileio import output_target
+    from kvdiag.fileio import prepare_output
     from kvdiag.shards import resolve_shard
 
     entry = ctx.registry.get(entry_id)
@@ -360,7 +361,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
         raise UsageError(f"build folder does not exist: {build_dir}")
     chosen = resolve_shard(shard, os.environ)
     if save is not None:
-        output_target(save)              # refuse a FIFO or device before the scan runs, not after
+        prepare_output(save)             # refuse a FIFO, a device or an unwritable place before the scan runs
     try:
         result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
                                fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save, **path_options)

@@ -179,6 +179,13 @@ class WriteFailed(KvdiagError):
     """The OS refused a write (disk full, read-only, permission): the old file is untouched."""
 
 
+class OutputUnwritable(WriteFailed):
+    """The write failed because of the path given (a folder that cannot be made, no permission, a
+    read-only file system): the user's to change, so a usage error (64), not kvdiag failing (70)."""
+
+    exit_code = ExitCode.USAGE
+
+
 class UnsafePath(UsageError):
     """A folder (or a link on the way to one) another user could control: refused, nothing
     written there (kvdiag.trust says what is checked)."""

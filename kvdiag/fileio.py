@@ -33,11 +33,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-from kvdiag.errors import OutputRefused, UsageError, WriteFailed
+from kvdiag.errors import OutputRefused, OutputUnwritable, UsageError, WriteFailed
 from kvdiag.trust import foreign_link
 
 __all__ = ["JSONTooDeep", "JSONTooLarge", "OutputRefused", "WriteFailed", "atomic_file", "load_json_file",
-           "output_target", "parse_json", "read_json", "write_atomic", "write_json", "written_as"]
+           "output_target", "parse_json", "prepare_output", "read_json", "write_atomic", "write_json", "written_as"]
 
 
 def _kind(mode: int) -> str:
@@ -67,7 +67,10 @@ def output_target(path: Path | str) -> Path:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise OutputRefused(f"refusing to write {given}: it is a symlink loop") from None
-            target = Path(os.path.realpath(given))        # dangling: the link's target is created
+            target = Path(os.path.realpath(given))        # dangling: the link's target is created,
+            if not target.parent.is_dir():                 # but never a folder on the way to it
+                raise OutputRefused(f"refusing to write {given}: it is a symlink into a missing folder "
+                                    f"({target.parent})") from None
     try:
         st = os.stat(target)
     except FileNotFoundError:
@@ -83,8 +86,27 @@ def output_target(path: Path | str) -> Path:
     return target
 
 
+# The path's fault, not the machine's: a missing or unmakeable folder, no permission, read-only.
+_PATH_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG}
+
+
+def prepare_output(path: Path | str) -> Path:
+    """Check an output path before the work that fills it: :func:`output_target`'s refusals, and its
+    folder made now (as the write would make it) so that an unwritable place is refused in one line
+    before a sweep or scan runs, not after."""
+    target = output_target(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(Path(path), exc) from None
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise OutputUnwritable(f"cannot write {path}: {target.parent} is not writable")
+    return target
+
+
 def _fail(path: Path, exc: OSError) -> WriteFailed:
-    return WriteFailed(f"cannot write {path}: {exc.strerror or exc}")
+    kind = OutputUnwritable if exc.errno in _PATH_ERRNOS else WriteFailed
+    return kind(f"cannot write {path}: {exc.strerror or exc}")
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from kvdiag.errors import UsageError
+from kvdiag.errors import DataError, UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.fileio import read_json, write_atomic
 from kvdiag.registry.lint import lint_raw
@@ -58,8 +58,11 @@ def registry_radius(ctx, entry_id: str, scan_file: Path, repo: str | None, tree:
     entry = ctx.registry.get(entry_id)
     data = read_json(scan_file, "saved scan")     # bounded, as every file kvdiag reads back (kvdiag.fileio)
     dims = entry.scan.dimensions if entry.scan else ()
-    table = measure_radius(data, dimensions=dims, repo=repo, tree=tree, commit=commit,
-                           measured=measured.date() if measured else dt.date.today())
+    try:
+        table = measure_radius(data, dimensions=dims, repo=repo, tree=tree, commit=commit,
+                               measured=measured.date() if measured else dt.date.today())
+    except DataError as exc:
+        raise DataError(f"{scan_file}: {exc}") from None
     if dry_run:
         click.echo(table_text(table), nl=False)
         return 0

@@ -40,13 +40,28 @@ def show_outcome(progress: TerminalProgress, outcome: Outcome, entry: Entry, run
 def run_and_show(entries: Sequence[Entry], build_dir: Path | None, *, step: str | None, runs: int | None,
                  overrides: Mapping[str, Any], sanitizer: Path | None, check_staleness: bool, fmt: str,
                  quiet: bool, step_budget: float | None = None) -> list[Outcome]:
-    """`kvdiag run`: each verdict printed as it is decided (``step_budget``: `run --timeout`)."""
+    """`kvdiag run`: each verdict printed as it is decided (``step_budget``: `run --timeout`).
+
+    JSON is one object for one entry and, for several, one array printed once all are decided:
+    objects printed one after another would not parse as one document."""
     from kvdiag.engine.session import run_verdicts
 
+    as_array = fmt == "json" and len(entries) != 1
+    decided: list[dict[str, Any]] = []
+
+    def on_outcome(outcome: Outcome, entry: Entry, run_dir: Path) -> None:
+        if as_array:
+            decided.append({**outcome.to_dict(), "run_dir": str(run_dir)})
+        else:
+            show_outcome(progress, outcome, entry, run_dir, fmt)
+
     with progress_display(quiet or fmt != "text") as progress:
-        return run_verdicts(entries, build_dir, step=step, runs=runs, overrides=overrides, sanitizer=sanitizer,
-                            check_staleness=check_staleness, progress=progress, step_budget=step_budget,
-                            on_outcome=lambda o, entry, run_dir: show_outcome(progress, o, entry, run_dir, fmt))
+        outcomes = run_verdicts(entries, build_dir, step=step, runs=runs, overrides=overrides, sanitizer=sanitizer,
+                                check_staleness=check_staleness, progress=progress, step_budget=step_budget,
+                                on_outcome=on_outcome)
+        if as_array:
+            echo(progress, json.dumps(decided, indent=2, default=str))
+    return outcomes
 
 
 def scan_and_show(entry: Entry, build_dir: Path, *, fmt: str, save: Path | None = None, **options: Any):

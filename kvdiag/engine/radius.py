@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 from kvdiag import __version__
 from kvdiag.engine.planning import escape_params
 from kvdiag.engine.scan_kernels import DEFAULT_DIMENSIONS
-from kvdiag.errors import UsageError
+from kvdiag.errors import DataError, UsageError
 from kvdiag.parse.backend_ops import params_dict
 from kvdiag.parse.launches import canonical
 
@@ -76,11 +76,20 @@ def _natural(value: str):
 
 def scan_parts(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
     """(scan, target) from `scan --format json` output or a scan's run.json."""
+    if not isinstance(data, Mapping):
+        raise DataError("not a saved scan: the JSON is not an object")
     if "scan" in data and isinstance(data["scan"], Mapping):
-        return data["scan"], data.get("target") or {}
-    if "cases" in data:
-        return data, data.get("target") or {}
-    raise UsageError("not a saved scan: no 'cases' (give the JSON of `kvdiag scan --format json` or its run.json)")
+        scan = data["scan"]
+    elif "cases" in data:
+        scan = data
+    else:
+        raise UsageError("not a saved scan: no 'cases' (give the JSON of `kvdiag scan --format json` or its run.json)")
+    cases, target = scan.get("cases"), data.get("target") or {}
+    if not isinstance(cases, Mapping) or not all(isinstance(c, Mapping) for c in cases.values()):
+        raise DataError("not a saved scan: 'cases' must map each case to an object")
+    if not isinstance(target, Mapping) or not isinstance(scan.get("kernels") or {}, Mapping):
+        raise DataError("not a saved scan: 'target' and 'kernels' must be objects")
+    return scan, target
 
 
 def _tree_facts(target: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:

@@ -181,6 +181,10 @@ class RunDir:
             raise RunUnreadable(f"{path} is not valid JSON: {exc}", f"run.json is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise RunUnreadable(f"{path} is not a JSON object", "run.json is not a JSON object")
+        for key, kind, what in (("outcome", dict, "an object"), ("process", dict, "an object"),
+                                ("entry", str, "a string"), ("status", str, "a string")):
+            if data.get(key) is not None and not isinstance(data[key], kind):
+                raise RunUnreadable(f"{path}: '{key}' is not {what}", f"run.json: '{key}' is not {what}")
         return data
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from kvdiag.errors import DataError, UsageError
-from kvdiag.fileio import output_target, read_json
+from kvdiag.fileio import prepare_output, read_json
 from kvdiag.records.sweep import SweepOutcome
 from kvdiag.records.verdict import Outcome, Verdict
 from kvdiag.shards import Part, complete_split, parse_shard
@@ -125,16 +125,34 @@ class Sweep:
         if not isinstance(outcomes, list) or not all(isinstance(o, Mapping) and "entry" in o and "verdict" in o
                                                      for o in outcomes):
             raise DataError(f"{source}: 'outcomes' must be a list of outcomes, each with 'entry' and 'verdict'")
+        _check_field_types(data, outcomes, source)
         try:
             typed = [SweepOutcome.from_dict(o) for o in outcomes]
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{source}: an outcome cannot be read ({type(exc).__name__}: {exc})") from None
         return cls(target=data.get("target") or {}, outcomes=typed, started_at=str(data.get("started_at", "")),
                    wall_s=float(data.get("wall_s") or 0.0), shard=data.get("shard"),
-                   kvdiag_version=str(data.get("kvdiag_version", "?")),
+                   kvdiag_version=str(data.get("kvdiag_version") or "?"),
                    selection=list(data.get("selection") or [o.entry_id for o in typed]),
                    interrupted=bool(data.get("interrupted", False)),
                    shard_from=data.get("shard_from") if isinstance(data.get("shard_from"), Mapping) else None)
+
+
+def _check_field_types(data: Mapping[str, Any], outcomes: list, source: str) -> None:
+    """The fields every reader of a sweep relies on, checked for their JSON type up front, so that a
+    hand-edited or foreign file is refused in one line (exit 65) instead of failing deep in a formatter."""
+    expected = {"target": (Mapping, "an object"), "shard": (str, "a string like '2/4'"),
+                "selection": (list, "a list of ids"), "wall_s": ((int, float), "a number")}
+    for key, (kind, what) in expected.items():
+        value = data.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise DataError(f"{source}: '{key}' must be {what}, not {type(value).__name__}")
+    if not all(isinstance(i, str) for i in data.get("selection") or ()):
+        raise DataError(f"{source}: 'selection' must be a list of ids (strings)")
+    for index, outcome in enumerate(outcomes):
+        if not isinstance(outcome["entry"], str) or not outcome["entry"]:
+            raise DataError(f"{source}: outcome {index}: 'entry' must be an id (a string), "
+                            f"not {outcome['entry']!r}")
 
 
 def sweep_outcome(outcome: Outcome, *, title: str, run_dir: str | None,
@@ -159,8 +177,9 @@ def with_sources(sweep: Sweep) -> Sweep:
 
 def check_sweep_path(path: Path) -> None:
     """A sweep is saved onto a regular file or a new path (a link: onto its target); a folder,
-    FIFO or device is refused, never replaced (kvdiag.fileio's rule for every write)."""
-    output_target(path)
+    FIFO or device is refused, never replaced (kvdiag.fileio's rule for every write), and a place
+    that cannot be written is refused before the sweep runs."""
+    prepare_output(path)
 
 
 def save_sweep(sweep: Sweep, path: Path) -> Path:

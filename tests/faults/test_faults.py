@@ -403,6 +403,46 @@ def test_g23_compare_and_merge_of_a_corrupt_sweep_are_65(kv: Faults, content, me
     assert not (kv.root / "merged.json").exists()
 
 
+_SWEEP = {"format": "kvdiag-sweep/1", "target": {}, "selection": ["D12"], "started_at": "", "wall_s": 1.0,
+          "kvdiag_version": "0", "outcomes": [{"entry": "D12", "verdict": "skipped", "reason": "r"}]}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"outcomes": [{"entry": 1, "verdict": "skipped", "reason": "r"}]}, "outcome 0: 'entry' must be an id"),
+    ({"target": "x"}, "'target' must be an object, not str"),
+    ({"shard": 12}, "'shard' must be a string like '2/4', not int"),
+    ({"shard": {"i": 1}}, "'shard' must be a string like '2/4', not dict"),
+    ({"selection": [1]}, "'selection' must be a list of ids"),
+])
+def test_g23b_a_sweep_with_a_field_of_the_wrong_type_is_65_in_every_reader(kv: Faults, change, message):
+    """Each of these once failed deep in a formatter or the merge: exit 70, "kvdiag itself failed"."""
+    bad = kv.root / "bad.json"
+    bad.write_text(json.dumps({**_SWEEP, **change}))
+    for args in (["compare", bad, bad], ["render", bad], ["render", bad, "--format", "sarif"],
+                 ["merge", bad, "-o", kv.root / "merged.json"]):
+        code, _, err = kv.cli(*args)
+        assert code == 65 and message in one_line(err), args
+    assert not (kv.root / "merged.json").exists()
+
+
+@pytest.mark.parametrize("cases", ['"x"', "[1]", '{"a": "x"}'])
+def test_g23c_a_radius_from_a_scan_with_malformed_cases_is_65(kv: Faults, cases):
+    scan = kv.root / "scan.json"
+    scan.write_text(f'{{"format": "kvdiag-scan/1", "cases": {cases}}}')
+    code, _, err = kv.cli("registry", "radius", "D2", "--from", scan, "--dry-run")
+    assert code == 65 and one_line(err).endswith("not a saved scan: 'cases' must map each case to an object")
+
+
+def test_g23d_runs_lists_a_run_json_with_a_malformed_outcome_as_unreadable(kv: Faults):
+    path = _finished_run(kv, "20261201-100000.000001-0001-D12", "confirmed")
+    (path / "run.json").write_text('{"entry": "D12", "status": "finished", "outcome": "y"}')
+    for args in (["runs"], ["runs", "--entry", "D12"]):
+        code, out, _ = kv.cli(*args)
+        assert code == 0 and "unreadable  run.json: 'outcome' is not an object" in out, args
+    code, _, err = kv.cli("report", "D12", "--run", path.name)
+    assert code == 65 and one_line(err).endswith("'outcome' is not an object")
+
+
 def test_g24_report_run_with_a_corrupt_run_json_is_65(kv: Faults):
     path = _finished_run(kv, "20261201-100000.000001-0001-D12", "confirmed")
     (path / "run.json").write_text("[]")
@@ -502,6 +542,15 @@ def test_g32b_several_entries_of_which_none_could_run_are_never_the_clean_0(kv: 
     code, out, _ = kv.cli("run", "D12", "D11", "--build", build, "--no-staleness")
     heads = [line.split()[:2] for line in out.splitlines() if line.startswith("D1")]
     assert heads == [["D12", "SKIPPED"], ["D11", "SKIPPED"]] and code == 3
+
+
+def test_g32c_run_of_several_entries_as_json_is_one_array(kv: Faults):
+    """It printed one object per entry, back to back: no JSON parser reads that as one document."""
+    build = kv.build(None)
+    code, out, _ = kv.cli("run", "D12", "D11", "--build", build, "--no-staleness", "--format", "json")
+    assert [(o["entry"], o["verdict"]) for o in json.loads(out)] == [("D12", "skipped"), ("D11", "skipped")]
+    code, out, _ = kv.cli("run", "D12", "--build", build, "--no-staleness", "--format", "json")
+    assert json.loads(out)["entry"] == "D12" and code == 3          # one entry: one object, as before
 
 
 # --------------------------------------------------------------------------- smaller

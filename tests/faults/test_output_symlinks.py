@@ -116,3 +116,26 @@ def test_another_users_link_is_refused_and_its_target_untouched(kv: Faults, wher
     assert (precious / "bashrc").read_text() == "precious user data\n"
     assert sorted(p.name for p in precious.iterdir()) == ["bashrc"]
     shutil.rmtree(precious)
+
+
+def test_a_link_that_dangles_into_a_missing_folder_is_refused_and_no_folder_is_made(kv: Faults):
+    """The module's rule: your own dangling link is written through, but never by making folders
+    where it points (a link to /nonexistent/dir/x.md once created /nonexistent/dir)."""
+    missing = kv.root / "nowhere" / "deeper"
+    link = kv.root / "report.sarif"
+    link.symlink_to(missing / "x.sarif")
+    code, _, err = kv.cli("render", SWEEP, "--format", "sarif", "-o", link)
+    assert code == 64 and one_line(err).startswith(f"kvdiag: refusing to write {link}: it is a symlink into a "
+                                                   "missing folder")
+    assert not (kv.root / "nowhere").exists() and link.is_symlink()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="stages a folder that cannot be made with /proc (Linux)")
+def test_an_output_whose_folder_cannot_be_made_is_a_usage_error_and_a_sweep_is_refused_before_it_runs(kv: Faults):
+    unwritable = Path("/proc/kvdiag-no-such-folder/out.json")     # mkdir there fails, even for root
+    code, _, err = kv.cli("render", SWEEP, "-o", unwritable)
+    assert code == 64 and one_line(err) == f"kvdiag: cannot write {unwritable}: No such file or directory"  # was 70
+    build = kv.build("throws_healthily.sh")
+    code, out, err = kv.cli("sweep", "--only", "D12", "--build", build, "--no-staleness", "--save", unwritable)
+    assert code == 64 and str(unwritable) in one_line(err) and "D12" not in out
+    assert not kv.runs("D12")                          # refused before the first entry ran
