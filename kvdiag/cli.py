@@ -263,9 +263,10 @@ def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> i
 def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, timeout, sanitizer, no_staleness, fmt, quiet) -> int:
     """Run defects' repros against a build and give one verdict each.
 
-    With no IDS, every entry of the registry runs. With no build (no --build and
-    no $LLAMA_KV_BUILD), kvdiag runs its own canary suite instead and says what
-    this machine can and cannot check.
+    With no IDS, every entry of the registry runs. With neither IDS nor a build
+    (no --build and no $LLAMA_KV_BUILD), kvdiag runs its own canary suite instead
+    and says what this machine can and cannot check; IDS without a build are
+    still run, and an entry that needs a build's binary is skipped.
 
     Exit code: the verdict's (see `kvdiag --help`); with several entries, 1 if
     any is confirmed, else 70 if any errored, else 4 if any is inconclusive,

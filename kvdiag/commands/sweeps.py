@@ -134,6 +134,9 @@ def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
     from kvdiag.store.scans import is_scan
     from kvdiag.store.sweeps import merge_sweeps, with_sources
 
+    for shard in shards:
+        if output.exists() and shard.exists() and os.path.samefile(output, shard):
+            raise UsageError(f"-o {output} is one of the shards being merged: give another file")
     documents = [read_json(p, "sweep or scan") for p in shards]
     for path, document in zip(shards, documents):
         if not isinstance(document, dict):

@@ -407,6 +407,17 @@ _SWEEP = {"format": "kvdiag-sweep/1", "target": {}, "selection": ["D12"], "start
           "kvdiag_version": "0", "outcomes": [{"entry": "D12", "verdict": "skipped", "reason": "r"}]}
 
 
+def test_g23e_merge_never_writes_over_one_of_its_own_shards(kv: Faults):
+    shard = kv.root / "p1.json"
+    shard.write_text(json.dumps(_SWEEP))
+    link = kv.root / "p1-link.json"
+    link.symlink_to(shard)
+    for output in (shard, link):
+        code, _, err = kv.cli("merge", shard, "-o", output)
+        assert code == 64 and "is one of the shards being merged" in one_line(err)
+    assert json.loads(shard.read_text()) == _SWEEP
+
+
 @pytest.mark.parametrize("change, message", [
     ({"outcomes": [{"entry": 1, "verdict": "skipped", "reason": "r"}]}, "outcome 0: 'entry' must be an id"),
     ({"target": "x"}, "'target' must be an object, not str"),
