@@ -282,7 +282,8 @@ def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, timeout, sanitizer, 
 
     if build_dir is not None and not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
-    entries = [ctx.registry.get(i) for i in ids] if ids else list(ctx.registry.require_entries())
+    named = {e.id: e for e in (ctx.registry.get(i) for i in ids)}     # `run D2 d2` runs D2 once
+    entries = list(named.values()) if ids else list(ctx.registry.require_entries())
     overrides = validated_sets(_parse_sets(sets), entries, step)
     outcomes = run_and_show(entries, build_dir, step=step, runs=runs, overrides=overrides,
                             sanitizer=sanitizer, check_staleness=not no_staleness, fmt=fmt, quiet=quiet,

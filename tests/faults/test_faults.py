@@ -564,6 +564,12 @@ def test_g32c_run_of_several_entries_as_json_is_one_array(kv: Faults):
     assert json.loads(out)["entry"] == "D12" and code == 3          # one entry: one object, as before
 
 
+def test_g32d_an_entry_named_twice_runs_once(kv: Faults):
+    code, out, _ = kv.cli("run", "D12", "d12", "--build", kv.build(None), "--no-staleness")
+    assert [line.split()[0] for line in out.splitlines() if line.startswith("D12")] == ["D12"] and code == 3
+    assert len(kv.runs("D12")) == 1
+
+
 # --------------------------------------------------------------------------- smaller
 
 def test_g33_ten_megabytes_of_output_are_stored_once(kv: Faults):
