@@ -17,7 +17,7 @@ from tabulate import tabulate
 from kvdiag import __version__
 from kvdiag.constants import SANITIZER_TOOLS
 from kvdiag.commands.exits import dispatch, finish
-from kvdiag.commands.options import Count, IdList, Seconds
+from kvdiag.commands.options import Count, GivenPath, IdList, Seconds
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
 from kvdiag.fileio import written_as
@@ -49,7 +49,7 @@ pass_ctx = click.make_pass_decorator(Context)
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kvdiag")
-@click.option("--registry", "registry_dir", type=click.Path(path_type=Path), default=None,
+@click.option("--registry", "registry_dir", type=GivenPath(path_type=Path), default=None,
               envvar="KVDIAG_REGISTRY", help="Registry folder (default: the project's registry/).")
 @click.pass_context
 def cli(ctx: click.Context, registry_dir: Path | None) -> None:
@@ -140,9 +140,9 @@ def registry_lint(ctx: Context) -> int:
 
 
 @registry_group.command("verify")
-@click.option("--source", "source", type=click.Path(path_type=Path), required=True,
+@click.option("--source", "source", type=GivenPath(path_type=Path), required=True,
               help="The source tree the entries' facts are checked against.")
-@click.option("--build", "build_dir", type=click.Path(path_type=Path), default=None,
+@click.option("--build", "build_dir", type=GivenPath(path_type=Path), default=None,
               help="A configured build of it: CTest tests, CMakeCache options, binaries.")
 @click.option("--commit", default=None, help="The tree's commit, for a folder that is not a git checkout "
                                               "(the sites' lines recorded at that commit are checked).")
@@ -192,7 +192,7 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
 
 @registry_group.command("export")
 @click.option("--format", "fmt", type=click.Choice(["osv"]), default="osv", show_default=True)
-@click.option("--output", "output_dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--output", "output_dir", type=GivenPath(path_type=Path, file_okay=False),
               help="Write one <id>.json per entry into this folder, as an OSV database keeps them.")
 @click.argument("ids", nargs=-1)
 @pass_ctx
@@ -219,7 +219,7 @@ def registry_export(ctx: Context, fmt: str, output_dir: Path | None, ids: tuple[
 
 @cli.command("show")
 @click.argument("entry_id")
-@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
+@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD",
               help="A build folder: also print the exact argv each step would run.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @pass_ctx
@@ -247,14 +247,14 @@ def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> i
 
 @cli.command("run")
 @click.argument("ids", nargs=-1)
-@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
+@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD",
               help="The build folder (default: $LLAMA_KV_BUILD).")
 @click.option("--step", help="Run this repro step instead of the entry's default.")
 @click.option("--runs", type=Count(1, 1000), help="Override the number of runs (flaky defects).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a step variable, e.g. params=hsk=64.")
 @click.option("--timeout", type=Seconds(86400), metavar="SECONDS",
               help="Limit each step to this many seconds (default: the step's own budget).")
-@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--sanitizer", type=GivenPath(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one object for one entry, one array for several.")
@@ -309,7 +309,7 @@ def _parse_sets(sets) -> dict[str, str]:
 
 @cli.command("scan")
 @click.argument("entry_id")
-@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
+@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
               help="The build folder (default: $LLAMA_KV_BUILD).")
 @click.option("-j", "--jobs", type=Count(1, 64), default=None,
               help="Parallel processes per GPU (default: a scan's slot pool, one per 8 GiB of GPU memory, at most 16 "
@@ -317,7 +317,7 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.option("--op", help="Override the entry's op.")
 @click.option("--params", help="Override the entry's case-space regex (test-backend-ops -p).")
 @click.option("--limit", type=Count(1, 100000), help="Run only the first N supported cases.")
-@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--sanitizer", type=GivenPath(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the cases over (default: every visible one).")
 @click.option("--batch", type=Count(0, 128), default=0, show_default=True,
               help="Cases per process: 0 spreads the cases evenly over the workers (at most 32 each), "
@@ -325,7 +325,7 @@ def _parse_sets(sets) -> dict[str, str]:
 @click.option("--shard", metavar="I/N|auto",
               help="Run shard I of N (from 1) of the cases, each case's shard fixed by its name; auto: I and N "
                    "from a Slurm job array, a Kubernetes Indexed Job or GitLab parallel: (docs/fleets.md).")
-@click.option("--save", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--save", type=GivenPath(path_type=Path, dir_okay=False),
               help="Also save the scan JSON here, for `kvdiag merge` (it is always saved under the run store).")
 @scan_path_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif"]), default="text",
@@ -377,7 +377,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
 
 @cli.command("drift")
 @click.argument("entry_id", required=False)
-@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
+@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
               help="The build folder (default: $LLAMA_KV_BUILD).")
 @click.option("--op", help="The op (default: the entry's drift op).")
 @click.option("--params", help="Case regex (default: the entry's drift params).")
@@ -402,7 +402,7 @@ def drift_cmd(ctx: Context, entry_id, build_dir, op, params, runs, fmt) -> int:
 
 
 @cli.command("analyze")
-@click.argument("log", type=click.Path(path_type=Path))
+@click.argument("log", type=GivenPath(path_type=Path))
 @click.option("--tool", type=click.Choice(SANITIZER_TOOLS),
               help="The sanitizer tool (detected from the text when omitted).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -451,10 +451,10 @@ def runs_cmd(ctx: Context, limit: int, entry: str | None) -> int:
 
 
 @cli.command("doctor")
-@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
+@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD",
               help="Also check this build (staleness, -lineinfo).")
 @click.option("--refresh", is_flag=True, help="Re-run the controls even if cached for this machine.")
-@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--sanitizer", type=GivenPath(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def doctor_cmd(build_dir, refresh, sanitizer, fmt) -> int:
     """Check this machine and prove each sanitizer tool works here, with canary kernels.

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import click
 
-from kvdiag.commands.options import Count, Seconds
+from kvdiag.commands.options import Count, GivenPath, Seconds
 from kvdiag.commands.probes import _inspect, _recipe, _registry
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import ExitCode
@@ -54,7 +54,7 @@ def step_recipe(entry, step, configure_cmd, build_cmd, build_dir, jobs, launcher
 
 @click.command("bisect")
 @click.argument("entry_id")
-@click.option("--source", type=click.Path(path_type=Path), required=True, help="The git checkout to bisect.")
+@click.option("--source", type=GivenPath(path_type=Path), required=True, help="The git checkout to bisect.")
 @click.option("--cause/--fix", "cause", default=True, show_default=True,
               help="--cause: the first commit where the entry is confirmed (introduced it). --fix: the first "
                    "commit where it is not reproduced any more (fixed it).")
@@ -68,13 +68,13 @@ def step_recipe(entry, step, configure_cmd, build_cmd, build_dir, jobs, launcher
 @click.option("--build-cmd", help="Build command at each commit; {source}, {build}, {jobs} substituted (no shell).")
 @click.option("--configure-cmd", help="Configure command, run at each commit on the one build tree; {source} and "
                                       "{build} substituted.")
-@click.option("--build", "build_dir", type=click.Path(path_type=Path),
+@click.option("--build", "build_dir", type=GivenPath(path_type=Path),
               help="Reuse this build's CMake configuration at each commit (instead of --configure-cmd).")
 @click.option("-j", "--jobs", type=Count(1, 1024), help="Build jobs (default: the CPU count).")
 @click.option("--launcher/--no-launcher", "use_launcher", default=True, show_default=True,
               help="Put ccache (or sccache) in front of the compilers of a cmake configure, when on PATH.")
 @click.option("--step", help="The repro step (default: the entry's default).")
-@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--sanitizer", type=GivenPath(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--timeout", type=Seconds(10**7), default=24 * 3600, show_default=True,
               help="Seconds git bisect run may take (the two ends are judged before it).")
 @click.option("--keep", is_flag=True, help="Keep the scratch worktree and build.")
@@ -135,19 +135,19 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, first_parent, 
 
 @click.command("bisect-step", hidden=True)
 @click.argument("entry_id")
-@click.option("--source", type=click.Path(path_type=Path), required=True)
-@click.option("--build-dir", type=click.Path(path_type=Path), required=True)
-@click.option("--record", type=click.Path(path_type=Path))
+@click.option("--source", type=GivenPath(path_type=Path), required=True)
+@click.option("--build-dir", type=GivenPath(path_type=Path), required=True)
+@click.option("--record", type=GivenPath(path_type=Path))
 @click.option("--direction", type=click.Choice(["cause", "fix"]), default="cause")
 @click.option("--configure-cmd")
 @click.option("--build-cmd")
-@click.option("--build", "reference_dir", type=click.Path(path_type=Path))
+@click.option("--build", "reference_dir", type=GivenPath(path_type=Path))
 @click.option("-j", "--jobs", type=Count(1, 1024))
-@click.option("--registry", "registry_dir", type=click.Path(path_type=Path))
+@click.option("--registry", "registry_dir", type=GivenPath(path_type=Path))
 @click.option("--step")
-@click.option("--sanitizer", type=click.Path(path_type=Path))
+@click.option("--sanitizer", type=GivenPath(path_type=Path))
 @click.option("--launcher")
-@click.option("--resume-file", type=click.Path(path_type=Path))
+@click.option("--resume-file", type=GivenPath(path_type=Path))
 @click.pass_obj
 def bisect_step_cmd(obj, entry_id, source, build_dir, record, direction, configure_cmd, build_cmd, reference_dir,
                     jobs, registry_dir, step, sanitizer, launcher, resume_file) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from kvdiag.commands.options import Count
+from kvdiag.commands.options import Count, GivenPath
 from kvdiag.errors import UsageError
 from kvdiag.fileio import written_as
 
@@ -61,7 +61,7 @@ def model_group() -> None:
 @click.option("--attention-interval", type=Count(1), default=None,
               help="qwen35 only: every Nth trunk layer is attention, the others gated delta net "
                    "(1: attention only).  [default: 4]")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+@click.option("-o", "--output", type=GivenPath(dir_okay=False, path_type=Path), required=True,
               help="The .gguf file to write.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def synth_cmd(preset, output, fmt, **given) -> int:
@@ -128,7 +128,7 @@ def _spec(preset: str | None, given: dict):
 
 
 @model_group.command("info")
-@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("path", type=GivenPath(path_type=Path, dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def info_cmd(path: Path, fmt: str) -> int:
     """What kvdiag reads of a GGUF's header: architecture, head dims, MTP layers, every key.

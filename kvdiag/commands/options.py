@@ -17,7 +17,7 @@ import click
 
 from kvdiag.errors import UsageError
 
-__all__ = ["Count", "IdList", "Seconds"]
+__all__ = ["Count", "GivenPath", "IdList", "Seconds"]
 
 
 def _option(param: click.Parameter | None) -> str:
@@ -79,6 +79,16 @@ class Count(click.ParamType):
                 span = f"from {self.least} to {self.most}"
             raise UsageError(f"{_option(param)} {value}: must be a whole number {span}")
         return number
+
+
+class GivenPath(click.Path):
+    """click's Path, refusing an empty string: ``Path("")`` is ``.``, so ``--output ""`` once wrote
+    thirteen records into the current folder and ``--build ""`` inspected it."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise UsageError(f"{_option(param)}: an empty path was given")
+        return super().convert(value, param, ctx)
 
 
 class IdList(click.ParamType):

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from kvdiag.commands.options import Count, Seconds
+from kvdiag.commands.options import Count, GivenPath, Seconds
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import ExitCode
 
@@ -28,7 +28,7 @@ def _probe_set(probes_dir: Path | None):
 
 
 def _probes_option(fn):
-    return click.option("--probes", "probes_dir", type=click.Path(path_type=Path), envvar="KVDIAG_PROBES",
+    return click.option("--probes", "probes_dir", type=GivenPath(path_type=Path), envvar="KVDIAG_PROBES",
                         default=None, help=PROBES_HELP)(fn)
 
 
@@ -79,7 +79,7 @@ def _list_row(probe) -> tuple[str, ...]:
 
 @probe_group.command("check")
 @click.argument("names", nargs=-1, required=True)
-@click.option("--source", type=click.Path(path_type=Path), required=True, help="The git checkout to check against.")
+@click.option("--source", type=GivenPath(path_type=Path), required=True, help="The git checkout to check against.")
 @click.option("--commit", default="HEAD", show_default=True, help="The commit of SOURCE to check against.")
 @_probes_option
 def probe_check(names: tuple[str, ...], source: Path, commit: str, probes_dir: Path | None) -> int:
@@ -101,9 +101,9 @@ def probe_check(names: tuple[str, ...], source: Path, commit: str, probes_dir: P
 
 @probe_group.command("apply")
 @click.argument("names", nargs=-1, required=True)
-@click.option("--into", "into", type=click.Path(path_type=Path), required=True,
+@click.option("--into", "into", type=GivenPath(path_type=Path), required=True,
               help="Worktree folder: created (absent or empty), or one `probe apply` made before.")
-@click.option("--source", type=click.Path(path_type=Path), help="The git checkout (not needed to add to an existing worktree).")
+@click.option("--source", type=GivenPath(path_type=Path), help="The git checkout (not needed to add to an existing worktree).")
 @click.option("--commit", default="HEAD", show_default=True, help="The commit of SOURCE the worktree starts at.")
 @_probes_option
 def probe_apply(names: tuple[str, ...], into: Path, source: Path | None, commit: str, probes_dir: Path | None) -> int:
@@ -160,7 +160,7 @@ def probe_apply(names: tuple[str, ...], into: Path, source: Path | None, commit:
 
 @probe_group.command("revert")
 @click.argument("names", nargs=-1)
-@click.option("--worktree", "worktree_dir", type=click.Path(path_type=Path), required=True,
+@click.option("--worktree", "worktree_dir", type=GivenPath(path_type=Path), required=True,
               help="A worktree made by `kvdiag probe apply`.")
 @_probes_option
 def probe_revert(names: tuple[str, ...], worktree_dir: Path, probes_dir: Path | None) -> int:
@@ -199,7 +199,7 @@ def probe_revert(names: tuple[str, ...], worktree_dir: Path, probes_dir: Path | 
 
 
 @probe_group.command("drop")
-@click.argument("worktree_dir", type=click.Path(path_type=Path))
+@click.argument("worktree_dir", type=GivenPath(path_type=Path))
 def probe_drop(worktree_dir: Path) -> int:
     """Remove a worktree `kvdiag probe apply` made (`git worktree remove --force`, then prune)."""
     from kvdiag.probes.worktree import read_record, remove_worktree
@@ -237,9 +237,9 @@ def _inspect(build_dir: Path | None):
 
 @click.command("verify")
 @click.argument("entry_id")
-@click.option("--source", type=click.Path(path_type=Path), required=True, help="The git checkout the fix applies to.")
+@click.option("--source", type=GivenPath(path_type=Path), required=True, help="The git checkout the fix applies to.")
 @click.option("--probe", "probe_names", multiple=True, required=True, help="A fix probe (repeat for a stack).")
-@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
+@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD",
               help="Your build: BEFORE runs against it, and its CMake configuration is reused for AFTER.")
 @click.option("--configure-cmd", help="Configure command; {source} and {build} are substituted (no shell).")
 @click.option("--build-cmd", help="Build command; {source}, {build} and {jobs} are substituted (no shell).")
@@ -256,7 +256,7 @@ def _inspect(build_dir: Path | None):
                    "again; 'latest' is the entry's newest run. Refused, naming what differs, unless it is the same "
                    "arm: same build and its files, model file, step, argv template, signature, all its runs "
                    "finished. Needs --build.")
-@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--sanitizer", type=GivenPath(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--build-timeout", type=Seconds(10**6), help="Seconds a build may take (default 4 h).")
 @_probes_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)

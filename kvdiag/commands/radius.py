@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from kvdiag.commands.options import GivenPath
 from kvdiag.errors import DataError, UsageError
 from kvdiag.exitcodes import ExitCode
 from kvdiag.fileio import read_json, write_atomic
@@ -34,7 +35,7 @@ def _lint_text(path: Path, text: str) -> list[str]:
 
 @click.command("radius")
 @click.argument("entry_id")
-@click.option("--from", "scan_file", type=click.Path(path_type=Path, dir_okay=False), required=True,
+@click.option("--from", "scan_file", type=GivenPath(path_type=Path, dir_okay=False), required=True,
               help="A saved scan: the output of `kvdiag scan --format json`, or the scan's run.json.")
 @click.option("--repo", help="The repository of the scanned tree (default: upstream llama.cpp or ggml, by the "
                              "build's layout); a fork's URL for a fork.")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from kvdiag.commands.options import Count, IdList, Seconds
+from kvdiag.commands.options import Count, GivenPath, IdList, Seconds
 from kvdiag.engine.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
 from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, write_atomic, written_as
@@ -42,7 +42,7 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(SweepFormat.na
 
 
 @click.command("sweep")
-@click.option("--build", "build_dir", type=click.Path(path_type=Path), envvar="LLAMA_KV_BUILD",
+@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD",
               help="The build folder (default: $LLAMA_KV_BUILD).")
 @click.option("--only", multiple=True, type=IdList("D2,D10"), metavar="IDS", help="Only these entries (comma-separated; repeatable).")
 @click.option("--exclude", multiple=True, type=IdList("D2,D10"), metavar="IDS", help="Leave these entries out (comma-separated; repeatable).")
@@ -51,11 +51,11 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(SweepFormat.na
                    "auto: I and N from a Slurm job array, a Kubernetes Indexed Job or GitLab parallel: "
                    "(docs/fleets.md).")
 @FORMAT_OPTION
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("-o", "--output", type=GivenPath(path_type=Path, dir_okay=False),
               help="Write the formatted sweep here (the summary table still goes to the terminal).")
-@click.option("--save", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--save", type=GivenPath(path_type=Path, dir_okay=False),
               help="Also save the sweep JSON here (it is always saved under the run store).")
-@click.option("--sanitizer", type=click.Path(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--sanitizer", type=GivenPath(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--no-staleness", is_flag=True, help="Skip the build-tool dry run (D13's check).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to use (default: every visible one), as kvdiag lists them.")
@@ -113,8 +113,8 @@ def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer
 
 
 @click.command("merge")
-@click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
+@click.argument("shards", nargs=-1, required=True, type=GivenPath(path_type=Path, dir_okay=False))
+@click.option("-o", "--output", type=GivenPath(path_type=Path, dir_okay=False), required=True,
               help="Where to save the merged sweep or scan JSON.")
 @FORMAT_OPTION
 @click.option("--no-record", is_flag=True, help="Do not record the merged sweep in the history.")
@@ -177,9 +177,9 @@ def _merge_scans(paths, documents, output: Path, fmt: str) -> int:
 
 
 @click.command("render")
-@click.argument("sweep_file", metavar="SWEEP.json", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("sweep_file", metavar="SWEEP.json", type=GivenPath(path_type=Path, dir_okay=False))
 @FORMAT_OPTION
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("-o", "--output", type=GivenPath(path_type=Path, dir_okay=False),
               help="Write it here (atomically; only a regular file or a new path) instead of stdout.")
 def render_cmd(sweep_file, fmt, output) -> int:
     """Render a saved sweep in any format, without running anything.
@@ -192,8 +192,8 @@ def render_cmd(sweep_file, fmt, output) -> int:
 
 
 @click.command("compare")
-@click.argument("before", type=click.Path(path_type=Path, dir_okay=False))
-@click.argument("after", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("before", type=GivenPath(path_type=Path, dir_okay=False))
+@click.argument("after", type=GivenPath(path_type=Path, dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--changed-only", is_flag=True, help="Leave out entries whose verdict and counts did not change.")
 @click.pass_obj
@@ -269,7 +269,7 @@ def history_cmd(ctx, entry_id, limit, fmt) -> int:
 @click.argument("entry_id")
 @click.option("--run", "run_ref", default="latest", show_default=True, metavar="RUN_ID|latest",
               help="The run to report (default: the entry's newest finished run).")
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+@click.option("-o", "--output", type=GivenPath(path_type=Path, dir_okay=False), help="Write the report here.")
 @click.pass_obj
 def report_cmd(ctx, entry_id, run_ref, output) -> int:
     """An upstream-ready Markdown report of one entry's run: paste it into an upstream issue as-is."""

@@ -564,6 +564,19 @@ def test_g32c_run_of_several_entries_as_json_is_one_array(kv: Faults):
     assert json.loads(out)["entry"] == "D12" and code == 3          # one entry: one object, as before
 
 
+@pytest.mark.parametrize("args, option", [
+    (["registry", "export", "--output", ""], "--output"), (["run", "D12", "--build", ""], "--build"),
+    (["--registry", "", "list"], "--registry"), (["report", "D12", "-o", ""], "--output"),
+])
+def test_g32e_an_empty_path_is_refused_not_read_as_the_current_folder(kv: Faults, args, option, monkeypatch):
+    """`--output ""` was `.`: registry export wrote 13 records into the current folder and exited 0."""
+    monkeypatch.chdir(kv.root)
+    before = sorted(p.name for p in kv.root.iterdir())
+    code, _, err = kv.cli(*args)
+    assert code == 64 and one_line(err) == f"kvdiag: {option}: an empty path was given"
+    assert sorted(p.name for p in kv.root.iterdir()) == before
+
+
 def test_g32d_an_entry_named_twice_runs_once(kv: Faults):
     code, out, _ = kv.cli("run", "D12", "d12", "--build", kv.build(None), "--no-staleness")
     assert [line.split()[0] for line in out.splitlines() if line.startswith("D12")] == ["D12"] and code == 3
