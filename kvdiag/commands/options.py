@@ -1,4 +1,4 @@
-"""Number options of every command, checked before anything runs: one line and exit 64.
+"""Number, id and path options of every command, checked before anything runs: one line and exit 64.
 
 click's ``FloatRange`` lets ``nan`` through (every comparison with NaN is false), and
 ``--timeout nan`` then disabled every deadline, the step budget included; ``inf`` did the
