@@ -94,13 +94,19 @@ def prepare_output(path: Path | str) -> Path:
     """Check an output path before the work that fills it: :func:`output_target`'s refusals, and its
     folder made now (as the write would make it) so that an unwritable place is refused in one line
     before a sweep or scan runs, not after."""
+    target = _with_folder(path)
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise OutputUnwritable(f"cannot write {path}: {target.parent} is not writable")
+    return target
+
+
+def _with_folder(path: Path | str) -> Path:
+    """:func:`output_target` of ``path``, with the folder it lands in made (a failure named by ``path``)."""
     target = output_target(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _fail(Path(path), exc) from None
-    if not os.access(target.parent, os.W_OK | os.X_OK):
-        raise OutputUnwritable(f"cannot write {path}: {target.parent} is not writable")
     return target
 
 
@@ -113,11 +119,7 @@ def _fail(path: Path, exc: OSError) -> WriteFailed:
 def atomic_file(path: Path | str, mode: str = "wb", encoding: str | None = None) -> Iterator[BinaryIO]:
     """Open a temporary file for writing that becomes ``path`` when the block ends without error."""
     given = Path(path)
-    target = output_target(given)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _fail(given, exc) from None
+    target = _with_folder(given)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         fh = open(tmp, mode, encoding=encoding if "b" not in mode else None)
@@ -155,11 +157,7 @@ def commit_atomic(tmp: Path | str, path: Path | str) -> Path:
 
 def temp_beside(path: Path | str) -> Path:
     """A temporary path beside the write's real target, for :func:`commit_atomic`."""
-    target = output_target(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _fail(Path(path), exc) from None
+    target = _with_folder(path)
     return target.with_name(f".{target.name}.{os.getpid()}.tmp")
 
 

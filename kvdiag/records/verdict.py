@@ -48,10 +48,10 @@ def combined_exit_code(verdicts, interrupted: bool = False) -> int:
     """One exit code for several entries' verdicts (`run` with several ids, `sweep`, `merge`).
 
     130 if interrupted; else the worst of confirmed (1), error (70), inconclusive (4). Otherwise 0
-    only when at least one entry was judged not-reproduced (or none was selected, as in an empty
-    shard): a selection in which nothing was judged
-    gives skipped (3) if any entry was skipped, else not-applicable (2), so that a CI job never
-    reads "nothing could run here" as a clean result. One verdict keeps its own code."""
+    only when some entry was judged not-reproduced (or none was selected, as in an empty shard);
+    a selection in which nothing was judged gives skipped (3) if any entry was skipped, else
+    not-applicable (2), so that a CI job never reads "nothing could run here" as a clean result.
+    One verdict keeps its own code."""
     verdicts = [Verdict(v) for v in verdicts]
     if interrupted:
         return int(ExitCode.INTERRUPTED)
