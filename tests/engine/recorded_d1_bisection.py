@@ -1,4 +1,4 @@
-"""D1's cause bisection as the device sessions recorded it (tests/fixtures/device/h200-session10, -12, -13): the
+"""D1's cause bisection as the device sessions recorded it (tests/fixtures/device/h200-session10, -12, -13, -14): the
 commands every session ran, and the run stores read back and resumed as the next session would."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "device"
 SESSION10 = "20261203-083120.720411-0001-D1-bisect"
 SESSION12 = "20261203-231300.373927-0001-D1-bisect"
 SESSION13 = "20261204-012256.266042-0001-D1-bisect"
+SESSION14 = "20261204-035421.632401-0001-D1-bisect"
 OLD_END = "a12d7e228046b06faa6e17d7713dc50db8c94d11"
 CONFIGURE = ("cmake -S {source} -B {build} -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "
              "-DCMAKE_CUDA_FLAGS=-lineinfo -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_WEBUI=OFF")
