@@ -17,13 +17,14 @@ from tabulate import tabulate
 from kvdiag import __version__
 from kvdiag.constants import SANITIZER_TOOLS
 from kvdiag.commands.exits import dispatch, finish
-from kvdiag.commands.options import Count, GivenPath, IdList, Seconds
+from kvdiag.commands.options import Count, GivenPath, IdList, Seconds, build_option
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
 from kvdiag.fileio import written_as
 from kvdiag.commands.scan_options import scan_path_options
 from kvdiag.help_text import add_help_blocks, exit_code_lines
 from kvdiag.registry.loader import Registry, load_registry
+from kvdiag.registry.schema import STATUSES
 from kvdiag.text import clip
 
 EXIT_HELP = "\n".join(exit_code_lines((int(code), text) for code, text in EXIT_CODE_TABLE))
@@ -92,8 +93,8 @@ def _report_problems(registry: Registry) -> None:
 
 @cli.command("list")
 @click.option("--owner", help="Only entries of this owner.")
-@click.option("--status", help="Only entries with this status.")
-@click.option("--tool", help="Only entries using this sanitizer tool.")
+@click.option("--status", type=click.Choice(STATUSES), help="Only entries with this status.")
+@click.option("--tool", type=click.Choice(SANITIZER_TOOLS), help="Only entries using this sanitizer tool.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @pass_ctx
 def list_cmd(ctx: Context, owner: str | None, status: str | None, tool: str | None, fmt: str) -> int:
@@ -219,8 +220,7 @@ def registry_export(ctx: Context, fmt: str, output_dir: Path | None, ids: tuple[
 
 @cli.command("show")
 @click.argument("entry_id")
-@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD",
-              help="A build folder: also print the exact argv each step would run.")
+@build_option("A build folder: also print the exact argv each step would run.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @pass_ctx
 def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> int:
@@ -247,8 +247,7 @@ def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> i
 
 @cli.command("run")
 @click.argument("ids", nargs=-1)
-@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD",
-              help="The build folder (default: $LLAMA_KV_BUILD).")
+@build_option()
 @click.option("--step", help="Run this repro step instead of the entry's default.")
 @click.option("--runs", type=Count(1, 1000), help="Override the number of runs (flaky defects).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a step variable, e.g. params=hsk=64.")
@@ -309,8 +308,7 @@ def _parse_sets(sets) -> dict[str, str]:
 
 @cli.command("scan")
 @click.argument("entry_id")
-@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
-              help="The build folder (default: $LLAMA_KV_BUILD).")
+@build_option(required=True)
 @click.option("-j", "--jobs", type=Count(1, 64), default=None,
               help="Parallel processes per GPU (default: a scan's slot pool, one per 8 GiB of GPU memory, at most 16 "
                    "and the host's cores, or $KVDIAG_GPU_SLOTS; on several GPUs, that many in all, shared).")
@@ -377,8 +375,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
 
 @cli.command("drift")
 @click.argument("entry_id", required=False)
-@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD", required=True,
-              help="The build folder (default: $LLAMA_KV_BUILD).")
+@build_option(required=True)
 @click.option("--op", help="The op (default: the entry's drift op).")
 @click.option("--params", help="Case regex (default: the entry's drift params).")
 @click.option("--runs", type=Count(1, 1000), help="Repetitions (default: the entry's, else 5).")
@@ -451,8 +448,7 @@ def runs_cmd(ctx: Context, limit: int, entry: str | None) -> int:
 
 
 @cli.command("doctor")
-@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD",
-              help="Also check this build (staleness, -lineinfo).")
+@build_option("Also check this build (staleness, -lineinfo).")
 @click.option("--refresh", is_flag=True, help="Re-run the controls even if cached for this machine.")
 @click.option("--sanitizer", type=GivenPath(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)

@@ -100,7 +100,8 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], list[tuple[int, str]]]] = {
     "bisect": (("kvdiag bisect D2 --source ~/ggml --old 1a2b3c4 --new HEAD --build ~/ggml/build",),
                [(0, "the introducing (or, with --fix, the fixing) commit was found"),
                 (4, "the ends do not hold (their verdicts named), or skipped commits leave it ambiguous"), USAGE,
-                DATA, HARNESS, INTERRUPTED]),
+                DATA, (70, "kvdiag itself failed; the source tree changed under the bisection; or git acted on an "
+                           "answer no step recorded (a step that died), and then no commit is named"), INTERRUPTED]),
     "bisect-step": (("git bisect run kvdiag bisect-step D2 --source ~/ggml --build-dir /tmp/bisect-build",),
                     [(0, "the old term: not reproduced (cause) or confirmed (--direction fix)"),
                      (1, "the new term: confirmed (cause) or not reproduced (fix)"),

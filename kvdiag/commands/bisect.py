@@ -95,7 +95,8 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, first_parent, 
     stops it before the new end is built). Then `git bisect run` in a
     scratch worktree builds each commit in one build tree and runs the entry.
     A commit that does not build, or whose verdict is anything else, is
-    skipped, never blamed. An entry whose step compiles its own objects (D7)
+    skipped, never blamed; a step that dies before judging (git reads its exit
+    1 as bad) makes the bisection name nothing and exit 70. An entry whose step compiles its own objects (D7)
     needs no build options. Exit 0 when a commit was found, 4 when the ends do
     not hold or skipped commits leave it ambiguous.
 

@@ -11,13 +11,16 @@ usage error of kvdiag (click's own message takes four lines and ends in a usage 
 from __future__ import annotations
 
 import math
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import click
 
 from kvdiag.errors import UsageError
 
-__all__ = ["Count", "GivenPath", "IdList", "Seconds"]
+__all__ = ["BUILD_ENV", "Count", "GivenPath", "IdList", "Seconds", "build_option"]
+
+BUILD_ENV = "LLAMA_KV_BUILD"
 
 
 def _option(param: click.Parameter | None) -> str:
@@ -110,3 +113,17 @@ class IdList(click.ParamType):
             raise UsageError(f"{_option(param)} {text!r}: {what} in the list (give ids separated by commas, "
                              f"e.g. {self.example})")
         return text
+
+
+class _EnvNamedOption(click.Option):
+    """An option that can come from the environment and says so when it is missing: click's own
+    "Missing option '--build'" left a user who had exported a misspelt variable guessing."""
+
+    def get_error_hint(self, ctx: click.Context) -> str:
+        return f"{super().get_error_hint(ctx)} (or ${self.envvar})"
+
+
+def build_option(help: str = f"The build folder (default: ${BUILD_ENV}).", required: bool = False) -> Callable:
+    """Every command's ``--build``: a path that is never empty, read from ``$LLAMA_KV_BUILD`` when not given."""
+    return click.option("--build", "build_dir", cls=_EnvNamedOption, type=GivenPath(path_type=Path), envvar=BUILD_ENV,
+                        required=required, help=help)

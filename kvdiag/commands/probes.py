@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from kvdiag.commands.options import Count, GivenPath, Seconds
+from kvdiag.commands.options import Count, GivenPath, Seconds, build_option
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import ExitCode
 
@@ -239,8 +239,7 @@ def _inspect(build_dir: Path | None):
 @click.argument("entry_id")
 @click.option("--source", type=GivenPath(path_type=Path), required=True, help="The git checkout the fix applies to.")
 @click.option("--probe", "probe_names", multiple=True, required=True, help="A fix probe (repeat for a stack).")
-@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD",
-              help="Your build: BEFORE runs against it, and its CMake configuration is reused for AFTER.")
+@build_option("Your build: BEFORE runs against it, and its CMake configuration is reused for AFTER.")
 @click.option("--configure-cmd", help="Configure command; {source} and {build} are substituted (no shell).")
 @click.option("--build-cmd", help="Build command; {source}, {build} and {jobs} are substituted (no shell).")
 @click.option("--commit", default="HEAD", show_default=True, help="The commit of SOURCE to apply the fix to.")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from kvdiag.commands.options import Count, GivenPath, IdList, Seconds
+from kvdiag.commands.options import Count, GivenPath, IdList, Seconds, build_option
 from kvdiag.engine.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
 from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, write_atomic, written_as
@@ -42,8 +42,7 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(SweepFormat.na
 
 
 @click.command("sweep")
-@click.option("--build", "build_dir", type=GivenPath(path_type=Path), envvar="LLAMA_KV_BUILD",
-              help="The build folder (default: $LLAMA_KV_BUILD).")
+@build_option()
 @click.option("--only", multiple=True, type=IdList("D2,D10"), metavar="IDS", help="Only these entries (comma-separated; repeatable).")
 @click.option("--exclude", multiple=True, type=IdList("D2,D10"), metavar="IDS", help="Leave these entries out (comma-separated; repeatable).")
 @click.option("--shard", metavar="I/N|auto",

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kvdiag import resources
+from kvdiag.engine.bisect_marks import unrecorded_marks, unrecorded_message
 from kvdiag.engine.bisect_resume import RESUME_FILE, Resumed, load_resumed
 from kvdiag.engine.bisect_step import append_step, bisect_step, read_steps
 from kvdiag.engine.scratch_build import BuildRecipe
@@ -155,11 +156,14 @@ def run_bisect(request: BisectRequest, *, home: Path, progress: Progress | None 
             shutil.rmtree(scratch_root, ignore_errors=True)
     found, parent, candidates, message, bisect_log, verified = result
     write_atomic(run_dir.path / "bisect-log.txt", bisect_log)
+    unrecorded = unrecorded_marks(bisect_log, read_steps(record), request.direction)
+    if unrecorded:
+        found, parent, candidates, message = None, None, (), unrecorded_message(unrecorded)
     report = BisectRecord(entry.id, request.direction, old, new, found, parent, candidates,
                           tuple(read_steps(record)), message, str(run_dir.path), verified,
                           status_before == porcelain_status(source, logs), str(source),
                           _repository(Git(source, logs, "git-src")), request.launcher, request.first_parent,
-                          {"resumed_from": resumed.run_id} if resumed else {})
+                          {"resumed_from": resumed.run_id} if resumed else {}, marks_recorded=not unrecorded)
     run_dir.write_record(running.with_status("finished", bisect=report.to_dict()))
     return report
 

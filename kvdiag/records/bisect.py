@@ -164,12 +164,13 @@ class BisectRecord:
     launcher: str | None = None           # ccache / sccache put in front of the compilers
     first_parent: bool = False            # git bisect --first-parent: merges judged, their sides not visited
     extra: Mapping[str, Any] = field(default_factory=dict)
+    marks_recorded: bool = True           # every good/bad mark in git's log is a verdict a step recorded
 
     @property
     def exit_code(self) -> int:
         """0: a commit was found; 4: the ends did not hold, or skipped commits leave it ambiguous; 70: the
-        source tree's status changed under the bisection."""
-        if not self.status_unchanged:
+        source tree's status changed under the bisection, or git acted on an answer no step recorded."""
+        if not (self.status_unchanged and self.marks_recorded):
             return int(ExitCode.HARNESS)
         return int(ExitCode.OK) if self.found is not None else int(ExitCode.INCONCLUSIVE)
 
@@ -189,7 +190,8 @@ class BisectRecord:
                 "steps": [s.to_dict() for s in self.steps], "message": self.message, "run_dir": self.run_dir,
                 "ends_verified": self.ends_verified, "source_status_unchanged": self.status_unchanged,
                 "source": self.source, "repository": self.repository, "launcher": self.launcher,
-                "first_parent": self.first_parent, "exit_code": self.exit_code, **self.extra}
+                "first_parent": self.first_parent, "git_marks_recorded": self.marks_recorded,
+                "exit_code": self.exit_code, **self.extra}
         # the cause direction's historical names, kept for readers of kvdiag 0.1.x's bisect records
         if self.direction is Direction.CAUSE:
             data.update(good=self.old, bad=self.new, first_bad=found)
@@ -203,8 +205,7 @@ class BisectRecord:
         found = data.get("found") if "found" in data else data.get("first_bad")
         own = {"entry", "direction", "old", "new", "terms", "found", "parent", "candidates", "steps", "message",
                "run_dir", "ends_verified", "source_status_unchanged", "source", "repository", "launcher",
-               "first_parent", "good",
-               "bad", "first_bad", "exit_code"}
+               "first_parent", "git_marks_recorded", "good", "bad", "first_bad", "exit_code"}
         return cls(entry_id=str(data.get("entry") or ""), direction=direction, old=old, new=new,
                    found=CommitEvidence.from_dict(found), parent=CommitEvidence.from_dict(data.get("parent")),
                    candidates=tuple(str(c) for c in data.get("candidates") or ()),
@@ -214,7 +215,8 @@ class BisectRecord:
                    status_unchanged=bool(data.get("source_status_unchanged", True)),
                    source=data.get("source"), repository=data.get("repository"), launcher=data.get("launcher"),
                    first_parent=bool(data.get("first_parent", False)),
-                   extra={k: v for k, v in data.items() if k not in own})
+                   extra={k: v for k, v in data.items() if k not in own},
+                   marks_recorded=bool(data.get("git_marks_recorded", True)))
 
 
 def steps_from(data: Sequence[Any]) -> list[StepRecord]:

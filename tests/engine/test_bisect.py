@@ -258,3 +258,30 @@ def test_first_parent_judges_a_merge_as_one_commit_and_never_visits_its_side(tmp
     assert side not in {s["commit"] for s in report["steps"]}
     code = run_cli(bisect(env, src, old, new, "--format", "json"))
     assert code == 0 and json.loads(capsys.readouterr().out)["found"]["commit"] == side
+
+
+def test_a_step_that_dies_without_a_verdict_is_never_taken_as_git_took_it(tmp_path: Path, env: Path, capsys,
+                                                                           monkeypatch):
+    """git reads the dead step's exit 1 as "bad". Every mark in git's log must be a verdict a step recorded: here
+    commit 2 (uniform, not-reproduced at the old end's kernel) would have been blamed with no evidence at all."""
+    import kvdiag.engine.bisect as engine
+
+    src = new_project(tmp_path / "history", kernel="uniform")
+    shas = [git(src, "rev-parse", "HEAD")]
+    shas.append(commit(src, "1: docs", README="docs 1\n"))
+    shas.append(commit(src, "2: docs", README="docs 2\n"))
+    shas.append(commit(src, "3: split the barrier", kernel="divergent"))
+    shas.append(commit(src, "4: docs", README="docs 4\n"))
+    scenarios = Path(__file__).resolve().parents[1] / "scenarios" / "bisect_steps"
+    monkeypatch.setenv("PYTHONPATH", str(scenarios))
+    monkeypatch.setattr(engine, "STEP_MODULE", "dies_before_judging_uniform_kernels")
+    code = run_cli(bisect(env, src, shas[0], shas[-1], "--format", "json"))
+    report = json.loads(capsys.readouterr().out)
+    assert code == 70 and report["exit_code"] == 70
+    assert report["found"] is None and report["candidates"] == [] and report["git_marks_recorded"] is False
+    assert report["message"].startswith(f"git bisect took {shas[2][:12]} as bad, but no step recorded that verdict")
+    log = (Path(report["run_dir"]) / "bisect-log.txt").read_text()
+    assert f"git bisect bad {shas[2]}" in log                       # what git alone would have concluded
+    assert BisectRecord.from_dict(report).exit_code == 70
+    assert run_cli(bisect(env, src, shas[0], shas[-1])) == 70
+    assert "no step recorded that verdict" in capsys.readouterr().out
