@@ -96,9 +96,10 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, first_parent, 
     scratch worktree builds each commit in one build tree and runs the entry.
     A commit that does not build, or whose verdict is anything else, is
     skipped, never blamed; a step that dies before judging (git reads its exit
-    1 as bad) makes the bisection name nothing and exit 70. An entry whose step compiles its own objects (D7)
-    needs no build options. Exit 0 when a commit was found, 4 when the ends do
-    not hold or skipped commits leave it ambiguous.
+    1 as bad) makes the bisection name nothing and exit 70. An entry whose
+    step compiles its own objects (D7) needs no build options. Exit 0 when a
+    commit was found, 4 when the ends do not hold or skipped commits leave it
+    ambiguous.
 
     A bisection too long for one machine's time continues with --resume RUN_ID:
     each commit taken from that run says so, and any other is built again.
