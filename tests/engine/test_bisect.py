@@ -263,7 +263,7 @@ def test_first_parent_judges_a_merge_as_one_commit_and_never_visits_its_side(tmp
 def test_a_step_that_dies_without_a_verdict_is_never_taken_as_git_took_it(tmp_path: Path, env: Path, capsys,
                                                                            monkeypatch):
     """git reads the dead step's exit 1 as "bad". Every mark in git's log must be a verdict a step recorded: here
-    commit 2 (uniform, not-reproduced at the old end's kernel) would have been blamed with no evidence at all."""
+    git alone marks commits 2 and 1 (docs changes, their kernel uniform) bad and names commit 1, with no evidence."""
     import kvdiag.engine.bisect as engine
 
     src = new_project(tmp_path / "history", kernel="uniform")
@@ -281,7 +281,7 @@ def test_a_step_that_dies_without_a_verdict_is_never_taken_as_git_took_it(tmp_pa
     assert report["found"] is None and report["candidates"] == [] and report["git_marks_recorded"] is False
     assert report["message"].startswith(f"git bisect took {shas[2][:12]} as bad, but no step recorded that verdict")
     log = (Path(report["run_dir"]) / "bisect-log.txt").read_text()
-    assert f"git bisect bad {shas[2]}" in log                       # what git alone would have concluded
+    assert f"git bisect bad {shas[2]}" in log and f"git bisect bad {shas[1]}" in log   # what git alone acted on
     assert BisectRecord.from_dict(report).exit_code == 70
     assert run_cli(bisect(env, src, shas[0], shas[-1])) == 70
     assert "no step recorded that verdict" in capsys.readouterr().out

@@ -577,13 +577,13 @@ def test_g32e_an_empty_path_is_refused_not_read_as_the_current_folder(kv: Faults
     assert sorted(p.name for p in kv.root.iterdir()) == before
 
 
-
 @pytest.mark.parametrize("args", [["scan", "D2"], ["drift"]])
 def test_g33_a_missing_build_names_the_variable_it_could_have_come_from(kv: Faults, args, monkeypatch):
     """click's "Missing option '--build'" left a user who had exported a misspelt variable guessing."""
     monkeypatch.delenv("LLAMA_KV_BUILD", raising=False)
     code, _, err = kv.cli(*args)
     assert code == 64 and "Error: Missing option '--build' (or $LLAMA_KV_BUILD)." in err
+
 
 def test_g32d_an_entry_named_twice_runs_once(kv: Faults):
     code, out, _ = kv.cli("run", "D12", "d12", "--build", kv.build(None), "--no-staleness")

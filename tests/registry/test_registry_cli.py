@@ -45,7 +45,6 @@ def test_list_of_the_real_registry(capsys):
     assert [item["id"] for item in listed] == [f"D{n}" for n in range(1, 14)]
 
 
-
 def test_list_filters_by_status_and_tool(capsys):
     assert main(["list", "--status", "fix-pending", "--tool", "synccheck", "--format", "json"]) == 0
     assert [item["id"] for item in json.loads(capsys.readouterr().out)] == ["D2"]
@@ -59,6 +58,7 @@ def test_a_filter_no_entry_can_have_is_a_usage_error_not_an_empty_table(capsys, 
     assert main(["list", option, value]) == ExitCode.USAGE == 64
     captured = capsys.readouterr()
     assert captured.out == "" and f"Invalid value for '{option}'" in captured.err
+
 
 def test_show_unknown_id_is_a_usage_error_naming_close_ids(capsys):
     rc = main(["show", "D99"])
