@@ -474,6 +474,7 @@ def _jsonable(value):
 def _register_commands() -> None:
     """Commands that live in their own modules (one axis each), added to the group here."""
     from kvdiag.commands.bisect import COMMANDS as BISECT_COMMANDS
+    from kvdiag.commands.discover import COMMANDS as DISCOVER_COMMANDS
     from kvdiag.commands.probes import COMMANDS as PROBE_COMMANDS
     from kvdiag.commands.sweeps import COMMANDS as SWEEP_COMMANDS
 
@@ -481,7 +482,7 @@ def _register_commands() -> None:
 
     from kvdiag.commands.radius import registry_radius
 
-    for command in (*PROBE_COMMANDS, *BISECT_COMMANDS, *SWEEP_COMMANDS, model_group):
+    for command in (*PROBE_COMMANDS, *BISECT_COMMANDS, *SWEEP_COMMANDS, *DISCOVER_COMMANDS, model_group):
         cli.add_command(command)
     registry_group.add_command(registry_radius)
     add_help_blocks(cli)

@@ -38,7 +38,7 @@ class Section:
 
 
 OWNERS = ("upstream", "beellama", "fork", "build", "toolchain")
-STATUSES = ("open", "fix-pending", "fixed", "historical", "not-planned", "unconfirmed")
+STATUSES = ("open", "fix-pending", "fixed", "historical", "not-planned", "unconfirmed", "draft")
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 REFERENCE_TYPES = ("REPORT", "FIX", "EVIDENCE", "ARTICLE", "WEB", "PACKAGE", "SEED")
 STEP_KINDS = ("backend-ops", "command", "build-check", "server", "compile")

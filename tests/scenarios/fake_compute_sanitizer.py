@@ -85,6 +85,7 @@ def streamed() -> None:
     try:
         rc = subprocess.call(program, env={**os.environ, CHANNEL_ENV: str(channel),
                                            "KVDIAG_FAKE_SANITIZER_STREAM": "1",
+                                           "KVDIAG_FAKE_SANITIZER_TOOL": opts.get("--tool", ""),
                                            "KVDIAG_FAKE_SANITIZER_DESTROY": opts.get("--destroy-on-device-error",
                                                                                      "context")})
         seen = channel.read_text()
@@ -166,7 +167,8 @@ if mode == "tool-error":
 channel = str(log_file.with_name(log_file.name + ".channel"))
 Path(channel).write_text("")
 try:
-    rc = subprocess.call(program, env={**os.environ, CHANNEL_ENV: channel})
+    rc = subprocess.call(program, env={**os.environ, CHANNEL_ENV: channel,
+                                       "KVDIAG_FAKE_SANITIZER_TOOL": opts.get("--tool", "")})
     seen = Path(channel).read_text()
 finally:
     os.unlink(channel)

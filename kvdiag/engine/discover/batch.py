@@ -1,0 +1,224 @@
+"""One sanitized test-backend-ops process over several cases of one op, and what it says of each.
+
+Discovery runs the suite the way a scan runs an entry's cases (engine.scan_batch): several
+cases per process on a terminal, the report interleaved with the cases' status lines,
+``--print-limit 0`` and ``--destroy-on-device-error kernel`` so that one case's finding
+neither hides nor ends the next, and ``parse.case_segments`` giving each case the findings
+printed with it. What differs is what happens when a process cannot be trusted whole:
+
+* it aborted or overran its budget: the cases that printed their status before are judged
+  from their share (their lines are complete); the first case without a status was the one
+  running and runs again alone; the rest run again, cut in two halves;
+* it finished but its report cannot be split (a count that does not add up, findings after the
+  last case): the whole batch runs again in two halves;
+* a case alone that aborts is judged ``aborted``: the abort is a finding of its own kind at its
+  site, beside whatever the sanitizer printed first; a case alone that overruns its budget, or
+  whose process could not start, is ``cut`` with the reason. Nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from kvdiag.engine.devices import device_key, visible_value
+from kvdiag.engine.discover.cases import ABORTED, CLEAN, CUT, FINDINGS, NOT_SUPPORTED, CaseRecord
+from kvdiag.engine.discover.findings import CaseFinding, from_abort, from_sanitizer
+from kvdiag.engine.planning import escape_params
+from kvdiag.parse.aborts import parse_aborts
+from kvdiag.parse.case_segments import CaseSplit, split_cases
+from kvdiag.parse.text import strip_ansi
+from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
+from kvdiag.proc.sanitizer import SanitizerInvocation
+from kvdiag.proc.slots import SlotPool, scan_slots
+
+BATCH_TOOL_OPTIONS = ("--show-backtrace", "device")
+# A finding that destroys only its kernel lets the process go on to the batch's next case; racecheck's
+# hazards never end a kernel.
+DESTROYS = {"memcheck": "kernel", "synccheck": "kernel", "initcheck": "kernel"}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Cases of one op to run in one process under one tool."""
+
+    tool: str
+    op: str
+    cases: tuple[str, ...]
+    round: int = 1
+
+    @property
+    def alone(self) -> bool:
+        return len(self.cases) == 1
+
+
+@dataclass(frozen=True)
+class Runner:
+    """What every discovery process shares."""
+
+    binary: Path
+    sanitizer: Path
+    log_dir: Path
+    case_budget_s: float
+    backend: str = "CUDA0"
+    memory_bytes: int | None = None
+    cancel: Any = None                       # threading.Event set on Ctrl-C
+
+    def argv(self, unit: Unit) -> tuple[str, ...]:
+        program = [str(self.binary), "test", "-o", unit.op, "-b", self.backend, "-p", case_regex(unit.cases)]
+        return tool_invocation(unit.tool).argv(self.sanitizer, None, program)
+
+
+@dataclass
+class UnitOutcome:
+    records: list[CaseRecord] = field(default_factory=list)
+    again: list[Unit] = field(default_factory=list)
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+def tool_invocation(tool: str) -> SanitizerInvocation:
+    return SanitizerInvocation(tool=tool, options=BATCH_TOOL_OPTIONS, print_limit=0,
+                               destroy_on_device_error=DESTROYS.get(tool))
+
+
+def case_regex(cases: Sequence[str]) -> str:
+    """A -p regex matching exactly these parameter strings."""
+    return "^(" + "|".join(escape_params(c) for c in cases) + ")$"
+
+
+def halves(unit: Unit, cases: Sequence[str]) -> list[Unit]:
+    """``cases`` of ``unit`` again, in two processes (one when a single case is left)."""
+    cases = tuple(cases)
+    if not cases:
+        return []
+    if len(cases) == 1:
+        return [Unit(unit.tool, unit.op, cases, unit.round + 1)]
+    mid = len(cases) // 2
+    return [Unit(unit.tool, unit.op, cases[:mid], unit.round + 1), Unit(unit.tool, unit.op, cases[mid:], unit.round + 1)]
+
+
+def run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> UnitOutcome:
+    """Run ``unit`` in one process and judge each of its cases from its share (see the module)."""
+    env = {"CUDA_VISIBLE_DEVICES": visible_value(device)} if device is not None else None
+    budget = runner.case_budget_s
+    started = time.monotonic()
+    pool = SlotPool(device_key(device) if device is not None else "gpu0", scan_slots(runner.memory_bytes))
+    try:
+        with pool.acquire(1, timeout=None):
+            result = run_command(runner.argv(unit), timeout=budget * len(unit.cases), quiet_timeout=budget,
+                                 log_dir=runner.log_dir, name=name, env_overrides=env, tty=True,
+                                 cancel=runner.cancel)
+    except CommandInterrupted:
+        return _all_cut(unit, "interrupted (Ctrl-C) before it was judged", name, started)
+    except CommandNotFound as exc:
+        if exc.arguments_too_long and not unit.alone:
+            return UnitOutcome(again=halves(unit, unit.cases), row=_row(unit, name, started, again=len(unit.cases),
+                                                                          why=f"split: {exc}"))
+        return _all_cut(unit, f"its process could not start: {exc}", name, started)
+    log = str(runner.log_dir / f"{name}.stdout.log")
+    if result.interrupted:
+        return _all_cut(unit, "interrupted (Ctrl-C) before it was judged", name, started, log)
+    text = strip_ansi(result.stdout_text())
+    split = split_cases(text, unit.tool)
+    return judge_process(unit, split, text, name=name, log=log, wall_s=time.monotonic() - started,
+                         timed_out=result.timed_out, ended=result.describe(), budget_s=budget,
+                         errors=strip_ansi(result.stderr_text()))
+
+
+def judge_process(unit: Unit, split: CaseSplit, text: str, *, name: str, log: str | None, wall_s: float,
+                  timed_out: bool, ended: str, budget_s: float, errors: str = "") -> UnitOutcome:
+    """The cases of one finished (or killed) process: judged, to run again, or cut; pure, so that
+    recorded logs re-judge exactly as the run did. ``text``: its terminal (the cases' lines and the
+    sanitizer's report); ``errors``: its stderr (where ggml prints an abort)."""
+    out = UnitOutcome()
+    finished = split.backend_ops.finished and not timed_out
+    problems = list(split.problems())
+    share = wall_s / max(1, len(unit.cases))
+    segments = {case: split.segment(case) for case in unit.cases}
+    if finished and not problems:
+        missing = [case for case in unit.cases if segments[case] is None]
+        for case in unit.cases:
+            if segments[case] is not None:
+                out.records.append(_judged(unit, case, segments[case], log, share))
+        if missing and unit.alone:
+            out.records.append(_cut(unit, missing[0], f"no status line of its own ({ended})", log, share))
+        else:
+            out.again += [Unit(unit.tool, unit.op, (case,), unit.round + 1) for case in missing]
+        out.row = _row(unit, name, None, wall_s=wall_s, judged=len(out.records), again=len(missing))
+        return out
+    if finished:            # the process ended well but its report cannot be split: halves, or alone as it is
+        why = "; ".join(problems)
+        if unit.alone:
+            out.records.append(_cut(unit, unit.cases[0], f"its report could not be read: {why}", log, share))
+        else:
+            out.again = halves(unit, unit.cases)
+        out.row = _row(unit, name, None, wall_s=wall_s, judged=len(out.records), again=len(unit.cases) - len(out.records),
+                       why=why)
+        return out
+    # Aborted or over its budget: the cases with a status are complete; the running one and the rest again.
+    done = [case for case in unit.cases if segments[case] is not None]
+    rest = [case for case in unit.cases if segments[case] is None]
+    for case in done:
+        out.records.append(_judged(unit, case, segments[case], log, share))
+    why = f"over its budget ({budget_s:.0f} s a case): {ended}" if timed_out else f"the process ended early: {ended}"
+    if rest and unit.alone and not done:
+        out.records.append(_alone_ended(unit, split, errors + text, log, wall_s, timed_out, why))
+    elif rest:
+        running, later = rest[0], rest[1:]
+        out.again = [Unit(unit.tool, unit.op, (running,), unit.round + 1)] + halves(unit, later)
+    out.row = _row(unit, name, None, wall_s=wall_s, judged=len(out.records), again=len(rest) if not unit.alone else 0,
+                   why=why)
+    return out
+
+
+def _alone_ended(unit: Unit, split: CaseSplit, text: str, log: str | None, wall_s: float, timed_out: bool,
+                 why: str) -> CaseRecord:
+    """A case alone whose process did not finish: aborted (its abort a finding at its site), or cut."""
+    case = unit.cases[0]
+    if timed_out:
+        return _cut(unit, case, why, log, wall_s)
+    aborts = parse_aborts(text)
+    printed = split.sanitizer.findings if split.sanitizer is not None else ()
+    if not aborts:
+        return _cut(unit, case, f"{why}, printing no abort kvdiag can place", log, wall_s)
+    findings = fold([from_sanitizer(f, unit.tool) for f in printed] + [from_abort(a, unit.tool) for a in aborts[:1]])
+    return CaseRecord(tool=unit.tool, op=unit.op, params=case, state=ABORTED, status=None, findings=findings,
+                      why=why, log=log, lines=None, duration_s=wall_s, alone=True)
+
+
+def _judged(unit: Unit, case: str, segment, log: str | None, share: float) -> CaseRecord:
+    findings = fold([from_sanitizer(f, unit.tool) for f in segment.findings])
+    status = segment.case.status
+    state = NOT_SUPPORTED if status == "NOT_SUPPORTED" else (FINDINGS if findings else CLEAN)
+    return CaseRecord(tool=unit.tool, op=unit.op, params=case, state=state, status=status, findings=findings,
+                      log=log, lines=(segment.start_line, segment.end_line), duration_s=share, alone=unit.alone)
+
+
+def _cut(unit: Unit, case: str, why: str, log: str | None, share: float) -> CaseRecord:
+    return CaseRecord(tool=unit.tool, op=unit.op, params=case, state=CUT, why=why, log=log, duration_s=share,
+                      alone=unit.alone)
+
+
+def _all_cut(unit: Unit, why: str, name: str, started: float, log: str | None = None) -> UnitOutcome:
+    records = [_cut(unit, case, why, log, 0.0) for case in unit.cases]
+    return UnitOutcome(records=records, row=_row(unit, name, started, judged=0, why=why))
+
+
+def _row(unit: Unit, name: str, started: float | None, *, wall_s: float | None = None, judged: int = 0,
+         again: int = 0, why: str | None = None) -> dict[str, Any]:
+    wall = wall_s if wall_s is not None else (time.monotonic() - started if started is not None else 0.0)
+    return {"process": name, "tool": unit.tool, "op": unit.op, "cases": len(unit.cases), "round": unit.round,
+            "judged": judged, "again": again, "wall_s": round(wall, 3), "why": why}
+
+
+def fold(findings: Sequence[CaseFinding]) -> tuple[CaseFinding, ...]:
+    """One record per distinct finding of a case, its count the sum: a case that printed the same
+    barrier error for 2048 threads keeps one record that says 2048."""
+    out: dict[tuple, CaseFinding] = {}
+    for f in findings:
+        key = (f.tool, f.kind, f.file, f.line, f.function, f.instantiation, f.kernel, f.severity)
+        seen = out.get(key)
+        out[key] = f if seen is None else CaseFinding(**{**seen.to_dict(), "count": seen.count + f.count})
+    return tuple(out.values())

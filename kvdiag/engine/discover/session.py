@@ -1,0 +1,228 @@
+"""One `kvdiag discover` invocation: the target, the suite's case space, every case under every
+tool in parallel batches, the roots, the saved record.
+
+The tools are those whose control passed on this machine (the doctor's canaries: a tool that
+cannot see its own defect class here proves nothing by a clean case), unless asked for by
+name; an asked-for tool whose control failed still runs, and the result says its clean cases
+prove nothing. The processes share the GPU's slot pool (proc.slots), one unit of work per
+process, dispatched as a scan's are (engine.dispatch): the largest units first, so the last
+process to start is a small one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from kvdiag import __version__
+from kvdiag.constants import SANITIZER_TOOLS
+from kvdiag.engine.devices import select_devices
+from kvdiag.engine.dispatch import dispatch
+from kvdiag.engine.discover.batch import Runner, Unit, UnitOutcome, run_unit
+from kvdiag.engine.discover.result import DiscoverResult, build_roots
+from kvdiag.engine.discover.roots import relative_paths
+from kvdiag.engine.discover.space import SuiteSpace, list_suite
+from kvdiag.engine.gates import controls_gate_provider
+from kvdiag.engine.scan_batch import MAX_BATCH, cases_per_pattern
+from kvdiag.engine.target import prepare_target
+from kvdiag.errors import CaseListingFailed, ScanNotRun, UsageError
+from kvdiag.home import kvdiag_home
+from kvdiag.proc.slots import scan_slots
+from kvdiag.progress import Progress
+from kvdiag.records.run import RunRecord
+from kvdiag.shards import Shard
+from kvdiag.store.runs import RunStore
+from kvdiag.store.discoveries import save_discovery
+from kvdiag.store.sweeps import utc_now
+from kvdiag.target.build import check_build_dir
+
+DISCOVER_FILE = "discover.json"
+CASE_BUDGET_S = 120.0
+SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".c", ".h", ".hpp", ".cc")
+_SKIP_DIRS = {".git", "build", "node_modules", "__pycache__"}
+
+
+def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequence[str] = (),
+                 ops: Sequence[str] = (), params: str | None = None, jobs: int | None = None,
+                 case_budget_s: float = CASE_BUDGET_S, batch: int = 0, shard: Shard | None = None,
+                 sanitizer: Path | None = None, devices: str | None = None, registry: str | None = None,
+                 progress: Progress | None = None) -> DiscoverResult:
+    """Discover every root under ``tools`` (default: the trusted ones) over the suite's cases."""
+    progress = progress or Progress()
+    home = kvdiag_home()
+    check_build_dir(build_dir)
+    store = RunStore(home)
+    run_dir = store.create("discover", RunRecord(entry=None, status="running", kind="discover",
+                                                 fields={"tools": list(tools), "ops": list(ops), "params": params}))
+    record = RunRecord(entry=None, status="failed", kind="discover", fields={"note": "kvdiag stopped before the end"})
+    try:
+        result = _discover(run_dir, build_dir, home=home, entries=entries, tools=tools, ops=ops, params=params,
+                           jobs=jobs, case_budget_s=case_budget_s, batch=batch, shard=shard, sanitizer=sanitizer,
+                           devices=devices, registry=registry, progress=progress)
+        record = RunRecord(entry=None, status="interrupted" if result.interrupted else "finished", kind="discover",
+                           fields={"totals": result.to_dict()["totals"], "roots": len(result.defects),
+                                   "new_roots": len(result.new_roots), "file": DISCOVER_FILE})
+        return result
+    except ScanNotRun as exc:
+        record = RunRecord(entry=None, status="finished", kind="discover",
+                           fields={"verdict": exc.verdict, "reason": str(exc)})
+        raise
+    except KeyboardInterrupt:
+        record = RunRecord(entry=None, status="interrupted", kind="discover",
+                           fields={"note": "interrupted: per-process logs are in logs/"})
+        raise
+    finally:
+        run_dir.write_record(record)
+
+
+def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, params, jobs, case_budget_s, batch,
+              shard, sanitizer, devices, registry, progress: Progress) -> DiscoverResult:
+    target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
+    binary = target.build.binary("test-backend-ops") if target.build is not None else None
+    missing = _missing(target, binary)
+    if missing:
+        raise ScanNotRun("skipped", f"discover cannot run here: skipped: {missing}")
+    gates = tool_gates(controls_gate_provider(home, target, run_dir.logs), tools)
+    chosen_tools = tuple(t for t, g in gates.items() if g["run"])
+    if not chosen_tools:
+        raise ScanNotRun("skipped", "discover cannot run here: skipped: no sanitizer tool's control passed on this "
+                                    "machine (`kvdiag doctor` says why); name a tool with --tool to run it anyway")
+    known = tuple(target.backend_ops.ops) if target.backend_ops and target.backend_ops.ops else ()
+    try:
+        space = list_suite(binary, log_dir=run_dir.logs, ops=ops, params=params, known_ops=known, shard=shard)
+    except CaseListingFailed as exc:
+        raise ScanNotRun("inconclusive", f"discover cannot run here: inconclusive: {exc}") from None
+    chosen = select_devices(target.gpu.devices, devices)
+    device = chosen[0] if chosen else target.first_device
+    memory = device.total_memory_bytes if device else None
+    workers = jobs or scan_slots(memory)
+    cancel = threading.Event()
+    runner = Runner(binary=binary, sanitizer=target.sanitizer, log_dir=run_dir.logs, case_budget_s=case_budget_s,
+                    memory_bytes=memory, cancel=cancel)
+    units = plan_units(space, chosen_tools, workers * max(1, len(chosen)), batch)
+    result = DiscoverResult(tools=chosen_tools, gates=gates, space=space.to_dict(), workers=workers,
+                            case_budget_s=case_budget_s, started_at=utc_now(), target=target.to_dict(),
+                            run_dir=run_dir.path, shard=shard.text if shard else None, kvdiag_version=__version__,
+                            registry=registry)
+    progress.say(f"discover: {space.cases} case(s) of {len(space.supported)} op(s) under "
+                 f"{', '.join(chosen_tools)}: {len(units)} process(es) to start, {workers} at a time"
+                 + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else ""))
+    started = time.monotonic()
+    result.interrupted = run_units(units, runner, result, workers=workers, devices=chosen, cancel=cancel,
+                                   progress=progress, total=space.cases * len(chosen_tools))
+    result.wall_s = time.monotonic() - started
+    source_dir = target.build.source_dir if target.build is not None else None
+    result.relative, result.source_lines = tree_facts(result.records, source_dir)
+    result.roots = build_roots(result.records, result.relative, result.source_lines, entries)
+    save_discovery(result.to_dict(), run_dir.path / DISCOVER_FILE)
+    return result
+
+
+def _missing(target, binary) -> str | None:
+    if binary is None:
+        return "the build has no test-backend-ops"
+    if target.sanitizer is None:
+        return "compute-sanitizer was not found (--sanitizer, or on PATH)"
+    if not target.gpu.available:
+        return "no CUDA GPU"
+    return None
+
+
+def tool_gates(provider, asked: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each tool's control: asked-for tools run whatever it says (a failed one noted), and without a
+    list the tools whose control passed here run."""
+    out: dict[str, dict[str, Any]] = {}
+    for tool in (asked or SANITIZER_TOOLS):
+        gate = provider(tool)
+        run = bool(asked) or gate.allowed
+        note = gate.reason if gate.allowed else f"its control did not pass here, so its clean cases prove nothing: {gate.reason}"
+        out[tool] = {"trusted": gate.allowed, "run": run, "reason": note}
+    return out
+
+
+def plan_units(space: SuiteSpace, tools: Sequence[str], all_workers: int, batch: int = 0) -> list[Unit]:
+    """The processes to start: each op's cases in batches (``batch`` cases, 0: as many as spread the
+    whole suite evenly over the workers, at most scan_batch.MAX_BATCH, and never more than one -p regex
+    holds), every tool, the largest first."""
+    total = max(1, space.cases)
+    units: list[Unit] = []
+    for tool in tools:
+        for op, cases in space.supported.items():
+            size = batch or max(1, min(MAX_BATCH, -(-total // max(1, all_workers))))
+            size = max(1, min(size, cases_per_pattern(cases)))
+            units += [Unit(tool, op, tuple(cases[i:i + size])) for i in range(0, len(cases), size)]
+    return sorted(units, key=lambda u: -len(u.cases))
+
+
+def run_units(units: Sequence[Unit], runner: Runner, result: DiscoverResult, *, workers: int, devices: Sequence[Any],
+              cancel: threading.Event, progress: Progress, total: int) -> bool:
+    """Every unit through engine.dispatch; a unit's cases to run again go to the front of the queue."""
+    names = iter(range(1, 1 << 30))
+    progress.begin("cases", total)
+
+    def start(unit: Unit, device: Any):
+        name = f"{unit.tool}-{next(names):05d}"
+        return lambda: run_unit(unit, runner, name=name, device=device)
+
+    def finish(unit: Unit, outcome: UnitOutcome, device: Any) -> list[Unit]:
+        take(outcome)
+        return outcome.again
+
+    def take(outcome: UnitOutcome) -> None:
+        result.records.extend(outcome.records)
+        if outcome.row:
+            result.processes.append(outcome.row)
+        for record in outcome.records:
+            progress.advance(f"{record.tool} {record.state}: {record.op}({record.params})")
+
+    try:
+        return dispatch(units, start, finish, workers=workers, devices=devices, cancel=cancel, salvage=take,
+                        name="kvdiag-discover")
+    finally:
+        progress.end()
+
+
+def tree_facts(records, source_dir: Path | None) -> tuple[dict[str, str], dict[str, str]]:
+    """(printed path -> tree path, tree path:line -> that line's text) for every site the records name."""
+    printed = {f.file for r in records for f in r.findings if f.file}
+    if not printed:
+        return {}, {}
+    files = list(_tree_files(source_dir)) if source_dir is not None else []
+    relative = relative_paths(printed, source_dir, files)
+    lines: dict[str, str] = {}
+    wanted: dict[str, set[int]] = {}
+    for record in records:
+        for f in record.findings:
+            if f.file in relative and f.line is not None:
+                wanted.setdefault(relative[f.file], set()).add(f.line)
+    for path, numbers in wanted.items():
+        try:
+            text = (Path(source_dir) / path).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for n in numbers:
+            if 1 <= n <= len(text):
+                lines[f"{path}:{n}"] = text[n - 1].strip()
+    return relative, lines
+
+
+def _tree_files(source_dir: Path):
+    root = Path(source_dir)
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith("build")]
+        for name in files:
+            if name.endswith(SOURCE_SUFFIXES):
+                yield os.path.relpath(os.path.join(folder, name), root)
+
+
+def unknown_tools(tools: Sequence[str]) -> list[str]:
+    return [t for t in tools if t not in SANITIZER_TOOLS]
+
+
+def check_tools(tools: Sequence[str]) -> None:
+    bad = unknown_tools(tools)
+    if bad:
+        raise UsageError(f"--tool {', '.join(bad)}: not a compute-sanitizer tool ({', '.join(SANITIZER_TOOLS)})")

@@ -1,0 +1,156 @@
+"""A discovery shown: the roots table for a terminal, Markdown for an issue, JSON, SARIF, HTML.
+
+Every format reads the same ``DiscoverResult``: one row per root (tool and kind, site and its
+line, function, kernels, ops and cases, the smallest case, errors, whether the numeric test
+also failed, known entry or new), the racecheck warnings apart, and the totals that account
+for every case (judged or cut, with why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+from typing import Any, Callable
+
+from tabulate import tabulate
+
+from kvdiag.engine.discover.cases import CUT, totals
+from kvdiag.engine.discover.result import DiscoverResult
+from kvdiag.engine.discover.roots import Root
+
+FORMATS = ("text", "json", "markdown", "sarif", "html")
+SHOW_CUT = 20
+
+
+def _row(root: Root, markdown: bool = False) -> list[str]:
+    d = root.to_dict()
+    tick = "`" if markdown else ""
+    smallest = d["smallest"] or {}
+    kernels = ", ".join(list(d["kernels"])[:3]) + (" …" if len(d["kernels"]) > 3 else "")
+    ops = ", ".join(f"{op} {n}" for op, n in d["ops"].items())
+    line = d["source_line"] or ""
+    return [d["known"] or "new", f"{d['tool']} {d['kind']}", f"{tick}{d['site']}{tick}",
+            f"{tick}{line[:70]}{tick}" if line else "", d["function"], kernels, ops, str(d["cases"]),
+            f"{tick}{smallest.get('op')}({smallest.get('params')}){tick}", str(d["errors"]), str(d["numeric_failed"])]
+
+
+HEADERS = ["entry", "tool kind", "site", "source line", "function", "kernels", "ops (cases)", "cases",
+           "smallest case", "errors", "numeric FAIL"]
+
+
+def totals_line(result: DiscoverResult) -> str:
+    t = totals(result.records).to_dict()
+    whole = t["all"]
+    per_state = ", ".join(f"{n} {state}" for state, n in whole.items() if n)
+    return (f"{t['judged'] + t['cut']} case run(s) over {len(result.tools)} tool(s) ({', '.join(result.tools)}): "
+            f"{t['judged']} judged, {t['cut']} cut ({per_state}); {len(result.defects)} root(s), "
+            f"{len(result.new_roots)} new, {len(result.warnings)} racecheck warning root(s); "
+            f"{len(result.processes)} process(es), {result.wall_s:.1f} s")
+
+
+def cut_lines(result: DiscoverResult) -> list[str]:
+    cut = [r for r in result.records if r.state == CUT]
+    lines = [f"cut: {r.tool} {r.op}({r.params}): {r.why}" for r in cut[:SHOW_CUT]]
+    if len(cut) > SHOW_CUT:
+        lines.append(f"cut: … and {len(cut) - SHOW_CUT} more (every one is in the JSON)")
+    return lines
+
+
+def render_text(result: DiscoverResult) -> str:
+    out = [totals_line(result)]
+    for tool, gate in result.gates.items():
+        if gate.get("run") and not gate.get("trusted"):
+            out.append(f"note: {tool}: {gate['reason']}")
+    if result.defects:
+        out += ["", tabulate([_row(r) for r in result.defects], headers=HEADERS, tablefmt="simple")]
+    else:
+        out.append("no root: no finding in any judged case")
+    if result.warnings:
+        out += ["", f"racecheck warnings (not counted as defects): {len(result.warnings)} root(s)",
+                tabulate([_row(r) for r in result.warnings], headers=HEADERS, tablefmt="simple")]
+    out += cut_lines(result)
+    if result.run_dir:
+        out.append(f"run: {result.run_dir}")
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(result: DiscoverResult) -> str:
+    out = ["# kvdiag discover", "", totals_line(result), ""]
+    if result.defects:
+        out += [tabulate([_row(r, True) for r in result.defects], headers=HEADERS, tablefmt="github"), ""]
+    if result.warnings:
+        out += ["## Racecheck warnings (not counted as defects)", "",
+                tabulate([_row(r, True) for r in result.warnings], headers=HEADERS, tablefmt="github"), ""]
+    cut = cut_lines(result)
+    if cut:
+        out += ["## Cases not judged", ""] + [f"- {line}" for line in cut] + [""]
+    return "\n".join(out)
+
+
+def render_json(result: DiscoverResult) -> str:
+    return json.dumps(result.to_dict(), indent=2, sort_keys=False) + "\n"
+
+
+def render_sarif(result: DiscoverResult) -> str:
+    """One SARIF result per root (warnings at level ``warning``), at its site in the tree."""
+    rules, results = [], []
+    for root in result.roots:
+        d = root.to_dict()
+        rule = f"discover/{d['tool']}/{d['kind']}"
+        if rule not in [r["id"] for r in rules]:
+            rules.append({"id": rule, "shortDescription": {"text": f"{d['tool']} {d['kind']}"}})
+        where = {"physicalLocation": {"artifactLocation": {"uri": d["path"] or d["site"].rsplit(":", 1)[0],
+                                                           "uriBaseId": "SRCROOT"},
+                                      **({"region": {"startLine": d["line"]}} if d["line"] else {})}}
+        digest = hashlib.sha256(f"{d['tool']}|{d['kind']}|{d['site']}|{d['function']}".encode()).hexdigest()[:32]
+        results.append({"ruleId": rule, "level": "warning" if d["warning"] else "error",
+                        "message": {"text": f"{d['kind']} in {d['function']} ({d['cases']} case(s); smallest "
+                                            f"{(d['smallest'] or {}).get('op')}({(d['smallest'] or {}).get('params')}); "
+                                            f"{d['known'] or 'not in the registry'})"},
+                        "locations": [where], "partialFingerprints": {"kvdiag/discover/v1": digest}})
+    doc = {"$schema": "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json",
+           "version": "2.1.0",
+           "runs": [{"tool": {"driver": {"name": "kvdiag", "version": result.kvdiag_version, "rules": rules}},
+                     "originalUriBaseIds": {"SRCROOT": {"description": {"text": "the discovered source tree"}}},
+                     "results": results, "properties": {"totals": totals(result.records).to_dict()}}]}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def render_html(result: DiscoverResult) -> str:
+    def table(roots: list[Root]) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _row(r)) + "</tr>" for r in roots)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>kvdiag discover</title></head><body>",
+             "<h1>kvdiag discover</h1>", f"<p>{html.escape(totals_line(result))}</p>", table(result.defects)]
+    if result.warnings:
+        parts += ["<h2>Racecheck warnings (not counted as defects)</h2>", table(result.warnings)]
+    cut = cut_lines(result)
+    if cut:
+        parts += ["<h2>Cases not judged</h2><ul>"] + [f"<li>{html.escape(c)}</li>" for c in cut] + ["</ul>"]
+    return "".join(parts) + "</body></html>\n"
+
+
+RENDERERS: dict[str, Callable[[DiscoverResult], str]] = {
+    "text": render_text, "json": render_json, "markdown": render_markdown, "sarif": render_sarif, "html": render_html}
+
+
+def render(result: DiscoverResult, fmt: str) -> str:
+    return RENDERERS[fmt](result)
+
+
+def exit_code(result: DiscoverResult, *, new_only: bool = False) -> int:
+    """1 when a root was found (a new one, with ``new_only``), 130 interrupted, 4 when nothing was found
+    but some case was cut, else 0."""
+    if result.interrupted:
+        return 130
+    roots = result.new_roots if new_only else result.defects
+    if roots:
+        return 1
+    return 4 if any(r.state == CUT for r in result.records) else 0
+
+
+def describe_drafts(written: list[tuple[str, Any]]) -> list[str]:
+    return [f"drafted {entry_id}: {path}" for entry_id, path in written]

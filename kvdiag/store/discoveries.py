@@ -1,0 +1,97 @@
+"""The saved discovery: one JSON file per `kvdiag discover` (or per shard of one), and their merge.
+
+A discovery file is ``DiscoverResult.to_dict()`` under its own format name: every case's record
+(tool, op, params, state, findings), the processes, and what the tree said about the printed
+paths and source lines. The roots are rebuilt from the cases wherever the file is read, so
+shards saved on several machines merge anywhere into the roots an unsharded run gives.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from kvdiag.errors import DataError, UsageError
+from kvdiag.fileio import output_target, read_json
+from kvdiag.shards import Part, case_shard, complete_split, parse_shard
+from kvdiag.store.runs import write_json_atomic
+from kvdiag.store.scans import _span
+from kvdiag.store.sweeps import check_same_target
+
+DISCOVER_FORMAT = "kvdiag-discover/1"
+_STATES = ("clean", "findings", "aborted", "not-supported", "cut")
+
+
+def is_discovery(data: Any) -> bool:
+    return isinstance(data, Mapping) and data.get("format") == DISCOVER_FORMAT
+
+
+def save_discovery(document: Mapping[str, Any], path: Path) -> Path:
+    """Write atomically, only onto a regular file or a new path (kvdiag.fileio)."""
+    output_target(Path(path))
+    return write_json_atomic(Path(path), {"format": DISCOVER_FORMAT, **document})
+
+
+def check_discovery(data: Any, source: str) -> dict[str, Any]:
+    """``data`` if it reads as a saved discovery, else a DataError naming ``source``."""
+    if not is_discovery(data):
+        fmt = data.get("format") if isinstance(data, Mapping) else None
+        raise DataError(f"{source}: not a kvdiag discovery (format {fmt!r}, expected {DISCOVER_FORMAT})")
+    cases = data.get("cases")
+    if not isinstance(cases, list) or not all(
+            isinstance(c, Mapping) and isinstance(c.get("tool"), str) and isinstance(c.get("op"), str)
+            and isinstance(c.get("params"), str) and c.get("state") in _STATES
+            and isinstance(c.get("findings") or [], list) for c in cases):
+        raise DataError(f"{source}: 'cases' must be a list of case records (tool, op, params, state, findings)")
+    return dict(data)
+
+
+def load_discovery(path: Path) -> dict[str, Any]:
+    return check_discovery(read_json(path, "discovery"), str(path))
+
+
+def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Shards 1..n of one discovery of one target -> the discovery an unsharded run gives.
+
+    Refuses (UsageError): a file that is not a shard, shards of different splits, tools or targets,
+    a missing, repeated or interrupted shard, and a case in two shards or in the wrong one."""
+    parts = list(parts)
+    if not parts:
+        raise UsageError("nothing to merge: give the shards' discovery files")
+    count = complete_split([Part(p.get("shard"), bool(p.get("interrupted")),
+                                 f"discovery #{i} (started {p.get('started_at') or '?'})")
+                            for i, p in enumerate(parts, start=1)], "kvdiag discover", "the suite")
+    first = parts[0]
+    for other in parts[1:]:
+        pair = f"shards {first['shard']} and {other['shard']}"
+        if sorted(first.get("tools") or []) != sorted(other.get("tools") or []):
+            raise UsageError(f"{pair} ran different tools: {first.get('tools')} vs {other.get('tools')}")
+        check_same_target(pair, first.get("target") or {}, other.get("target") or {})
+    seen: dict[tuple[str, str, str], str] = {}
+    for part in parts:
+        index, _ = parse_shard(part["shard"])
+        for case in part["cases"]:
+            key = (case["tool"], case["op"], case["params"])
+            name = f"{case['op']}({case['params']})"
+            if key in seen:
+                raise UsageError(f"case {name} under {case['tool']} is in both shard {seen[key]} and {part['shard']}")
+            if case_shard(name, count) != index:
+                raise UsageError(f"case {name} is in shard {part['shard']} but belongs to shard "
+                                 f"{case_shard(name, count)}/{count}: the shards were dealt differently")
+            seen[key] = part["shard"]
+    started_at, wall_s = _span(parts)
+    space = dict(first.get("space") or {})
+    ops: dict[str, int] = {}
+    for part in parts:
+        for op, n in ((part.get("space") or {}).get("ops") or {}).items():
+            ops[op] = ops.get(op, 0) + int(n)
+    space.update(ops=ops, cases=sum(ops.values()))
+    return {**{k: v for k, v in first.items() if k not in ("roots", "warnings", "totals")},
+            "format": DISCOVER_FORMAT, "shard": None, "started_at": started_at, "wall_s": wall_s, "space": space,
+            "workers": sum(int(p.get("workers") or 0) for p in parts), "interrupted": False,
+            "processes": [row for p in parts for row in p.get("processes") or []],
+            "relative": {k: v for p in parts for k, v in (p.get("relative") or {}).items()},
+            "source_lines": {k: v for p in parts for k, v in (p.get("source_lines") or {}).items()},
+            "cases": [c for p in parts for c in p["cases"]],
+            "merged_from": [{"shard": p["shard"], "started_at": p.get("started_at"), "wall_s": p.get("wall_s"),
+                             "cases": len(p["cases"])} for p in sorted(parts, key=lambda p: parse_shard(p["shard"]))]}
