@@ -137,6 +137,13 @@ def judge_process(unit: Unit, split: CaseSplit, text: str, *, name: str, log: st
     problems = list(split.problems())
     share = wall_s / max(1, len(unit.cases))
     segments = {case: split.segment(case) for case in unit.cases}
+    if finished and unit.alone and segments[unit.cases[0]] is not None and _report_whole(split):
+        # One case in the process: every finding is its own, printed before its status or after it.
+        case = unit.cases[0]
+        out.records.append(_judged(unit, case, segments[case], log, share, findings=split.sanitizer.findings
+                                   if split.sanitizer is not None else None))
+        out.row = _row(unit, name, None, wall_s=wall_s, judged=1)
+        return out
     if finished and not problems:
         missing = [case for case in unit.cases if segments[case] is None]
         for case in unit.cases:
@@ -188,8 +195,14 @@ def _alone_ended(unit: Unit, split: CaseSplit, text: str, log: str | None, wall_
                       why=why, log=log, lines=None, duration_s=wall_s, alone=True)
 
 
-def _judged(unit: Unit, case: str, segment, log: str | None, share: float) -> CaseRecord:
-    findings = fold([from_sanitizer(f, unit.tool) for f in segment.findings])
+def _report_whole(split: CaseSplit) -> bool:
+    """The sanitizer finished its report, printed every error it counted and did not fail itself."""
+    report = split.sanitizer
+    return report is None or (report.has_summary and not report.tool_errors and not report.not_printed)
+
+
+def _judged(unit: Unit, case: str, segment, log: str | None, share: float, findings=None) -> CaseRecord:
+    findings = fold([from_sanitizer(f, unit.tool) for f in (segment.findings if findings is None else findings)])
     status = segment.case.status
     state = NOT_SUPPORTED if status == "NOT_SUPPORTED" else (FINDINGS if findings else CLEAN)
     return CaseRecord(tool=unit.tool, op=unit.op, params=case, state=state, status=status, findings=findings,
