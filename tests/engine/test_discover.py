@@ -234,3 +234,49 @@ def test_every_format_shows_the_roots(discovered, fmt):
     assert ("src/ggml-cuda/cpy.cu" if fmt == "sarif" else "cpy.cu:57") in shown
     if fmt in ("sarif", "json"):
         json.loads(shown)
+
+
+def _staged_discovery(tmp_path: Path, mp: pytest.MonkeyPatch) -> tuple[Scenarios, Path]:
+    isolate(mp, tmp_path)
+    kv = Scenarios(tmp_path / "kv")
+    build = kv.build("backend_ops_suite")
+    target = make_target(build, log_dir=tmp_path / "target-logs", sanitizer=kv.sanitizer())
+    mp.setattr(discover_session, "prepare_target", lambda *a, **k: target)
+    mp.setattr(discover_session, "controls_gate_provider", lambda *a, **k: (lambda tool: Gate(True, "staged")))
+    return kv, build
+
+
+def test_a_discovery_stopped_by_ctrl_c_keeps_every_case_once_and_names_the_unrun(tmp_path, monkeypatch):
+    """Ctrl-C while a process hangs: what finished is kept once (dispatch hands every finished unit to
+    the salvage again: on the H100 that doubled 8991 records), the running cases and those never started
+    are cut, each saying why, and the exit is 130."""
+    import _thread
+    import threading
+
+    kv, build = _staged_discovery(tmp_path, monkeypatch)
+    saved = tmp_path / "d.json"
+    timer = threading.Timer(6.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        code = main(["--registry", str(kv.registry_dir), "discover", "--build", str(build), "-j", "1", "--batch", "3",
+                     "--case-budget", "120", "--tool", "racecheck,synccheck", "--save", str(saved),
+                     "--format", "json"])
+    finally:
+        timer.cancel()
+    doc = json.loads(saved.read_text())
+    keys = [(c["tool"], c["op"], c["params"]) for c in doc["cases"]]
+    assert code == 130 and doc["interrupted"] is True
+    assert len(keys) == len(set(keys)) == 2 * 15
+    states = {c["state"] for c in doc["cases"]}
+    assert "cut" in states and states & {"clean", "findings"}
+    unrun = [c for c in doc["cases"] if c["why"] and "interrupted before its process started" in c["why"]]
+    assert unrun and all(c["state"] == "cut" for c in unrun)
+
+
+def test_the_tools_take_turns_so_a_discovery_cut_short_has_judged_some_of_each():
+    from kvdiag.engine.discover.space import SuiteSpace
+
+    space = SuiteSpace(supported={"A": tuple(f"a={i}" for i in range(6)), "B": ("b=1",)})
+    units = discover_session.plan_units(space, ("racecheck", "synccheck"), all_workers=2)
+    assert [(u.tool, len(u.cases)) for u in units] == [("racecheck", 4), ("synccheck", 4), ("racecheck", 2),
+                                                        ("synccheck", 2), ("racecheck", 1), ("synccheck", 1)]

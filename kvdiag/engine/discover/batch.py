@@ -231,7 +231,7 @@ def fold(findings: Sequence[CaseFinding]) -> tuple[CaseFinding, ...]:
     barrier error for 2048 threads keeps one record that says 2048."""
     out: dict[tuple, CaseFinding] = {}
     for f in findings:
-        key = (f.tool, f.kind, f.file, f.line, f.function, f.instantiation, f.kernel, f.severity)
+        key = (f.tool, f.kind, f.file, f.line, f.function, f.instantiation, f.kernel, f.severity, f.peer)
         seen = out.get(key)
         out[key] = f if seen is None else CaseFinding(**{**seen.to_dict(), "count": seen.count + f.count})
     return tuple(out.values())

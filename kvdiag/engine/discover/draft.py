@@ -197,6 +197,7 @@ def _body(root: Mapping[str, Any], ctx: DraftContext) -> str:
         f"- **Tool and kind:** {root['tool']} {root['kind']}{' (racecheck warning)' if root.get('warning') else ''}.",
         f"- **Site:** `{root['site']}`" + (f": `{root['source_line']}`" if root.get("source_line") else "") + ".",
         f"- **Function:** `{root['function']}`; **kernels that launched it:** {kernels}.",
+        *([f"- **The other side of the race:** {', '.join(root['peers'])}."] if root.get("peers") else []),
         f"- **Cases:** {root['cases']} ({ops}); **errors:** {root['errors']}; "
         f"**numeric test failed on:** {root.get('numeric_failed', 0)} of them.",
         f"- **Smallest case:** `{(root.get('smallest') or {}).get('op')}({(root.get('smallest') or {}).get('params')})`.",

@@ -17,6 +17,7 @@ from kvdiag.engine.discover.draft import DraftContext, render_draft
 from kvdiag.engine.discover.matching import match_roots
 from kvdiag.engine.discover.roots import Root
 from kvdiag.fileio import write_atomic
+from kvdiag.registry.loader import load_registry
 
 _ID = re.compile(r"^D([1-9][0-9]*)$")
 
@@ -41,7 +42,9 @@ def write_drafts(roots: Sequence[Root], folder: Path, *, taken: Iterable[str], c
     kept = [f"{r.key.label()}: already drafted as {r.known}" for r in pending if r.known]
     number = next_number(list(taken) + folder_ids(folder))
     written: list[tuple[str, Path]] = []
-    for root in (r for r in pending if r.known is None):
+    for root in pending:
+        if root.known is not None:
+            continue
         entry_id = f"D{number}"
         number += 1
         text = _source_text(source_dir, root.path)
@@ -49,6 +52,9 @@ def write_drafts(roots: Sequence[Root], folder: Path, *, taken: Iterable[str], c
         path = folder / f"{entry_id}.md"
         write_atomic(path, content)
         written.append((entry_id, path))
+        fresh = [r for r in pending if r.known is None and r is not root]
+        match_roots(fresh, load_registry(folder).entries)    # the other side of a race is this draft's root
+        kept += [f"{r.key.label()}: drafted with {r.known}" for r in fresh if r.known]
     return written, kept
 
 

@@ -38,6 +38,7 @@ class CaseFinding:
     count: int = 1                # errors it stands for (racecheck: its hazards)
     message: str = ""
     offset: str | None = None
+    peer: str | None = None       # racecheck: the other access's file:line (the race's other side)
 
     @property
     def is_warning(self) -> bool:
@@ -58,10 +59,12 @@ def from_sanitizer(finding: SanitizerFinding, tool: str) -> CaseFinding:
     the last frame); without frames the reporting function is taken as the kernel."""
     kernel = finding.device_frames[-1].instantiation if finding.device_frames else finding.instantiation
     severity = (finding.severity or "").lower() or None
+    other = finding.peers[0] if finding.peers else None
+    peer = f"{other.file}:{other.line}" if other is not None and other.file else None
     return CaseFinding(tool=finding.tool or tool, kind=finding.kind, file=finding.file, line=finding.line,
                        function=finding.kernel_name, instantiation=finding.instantiation, kernel=kernel,
                        severity=severity, count=max(1, finding.hazards or 1), message=finding.message_key,
-                       offset=finding.offset)
+                       offset=finding.offset, peer=peer)
 
 
 def from_abort(info: AbortInfo, tool: str) -> CaseFinding:

@@ -63,6 +63,7 @@ class Root:
     kernels: dict[str, int] = field(default_factory=dict)          # launching kernel (no template args) -> findings
     instantiations: dict[str, int] = field(default_factory=dict)   # launching instantiation -> findings
     ops: dict[str, int] = field(default_factory=dict)               # op -> cases
+    peers: dict[str, int] = field(default_factory=dict)             # racecheck: the other sides' file:line
     tools: dict[str, int] = field(default_factory=dict)             # tool -> cases in which it saw the root
     cases: int = 0
     errors: int = 0                                                  # errors the findings stand for
@@ -91,6 +92,8 @@ class Root:
         self.ops[record.op] = self.ops.get(record.op, 0) + 1
         self.numeric_failed += record.numeric_failed
         for finding in findings:
+            if finding.peer:
+                self.peers[finding.peer] = self.peers.get(finding.peer, 0) + 1
             self.errors += finding.count
             self.printed += 1
             if finding.kernel:
@@ -110,7 +113,8 @@ class Root:
                 "function": self.key.function, "path": self.path, "line": self.line,
                 "source_line": self.source_line, "kernels": dict(sorted(self.kernels.items())),
                 "instantiations": dict(ranked[:MAX_LISTED]), "instantiation_count": len(ranked),
-                "ops": dict(sorted(self.ops.items())), "tools": dict(sorted(self.tools.items())), "cases": self.cases, "errors": self.errors,
+                "ops": dict(sorted(self.ops.items())), "tools": dict(sorted(self.tools.items())),
+                "peers": dict(sorted(self.peers.items())), "cases": self.cases, "errors": self.errors,
                 "printed": self.printed, "numeric_failed": self.numeric_failed, "smallest": self.smallest,
                 "known": self.known, "matched_by": self.matched_by, "example": self.example}
 

@@ -11,6 +11,7 @@ process to start is a small one.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -22,6 +23,7 @@ from kvdiag.constants import SANITIZER_TOOLS
 from kvdiag.engine.devices import select_devices
 from kvdiag.engine.dispatch import dispatch
 from kvdiag.engine.discover.batch import Runner, Unit, UnitOutcome, run_unit
+from kvdiag.engine.discover.cases import CUT, CaseRecord
 from kvdiag.engine.discover.result import DiscoverResult, build_roots
 from kvdiag.engine.discover.roots import relative_paths
 from kvdiag.engine.discover.space import SuiteSpace, list_suite
@@ -114,6 +116,7 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
     result.interrupted = run_units(units, runner, result, workers=workers, devices=chosen, cancel=cancel,
                                    progress=progress, total=space.cases * len(chosen_tools))
     result.wall_s = time.monotonic() - started
+    result.records += unrun(space, chosen_tools, result.records, result.interrupted)
     source_dir = target.build.source_dir if target.build is not None else None
     result.relative, result.source_lines = tree_facts(result.records, source_dir)
     result.roots = build_roots(result.records, result.relative, result.source_lines, entries)
@@ -146,15 +149,29 @@ def tool_gates(provider, asked: Sequence[str]) -> dict[str, dict[str, Any]]:
 def plan_units(space: SuiteSpace, tools: Sequence[str], all_workers: int, batch: int = 0) -> list[Unit]:
     """The processes to start: each op's cases in batches (``batch`` cases, 0: as many as spread the
     whole suite evenly over the workers, at most scan_batch.MAX_BATCH, and never more than one -p regex
-    holds), every tool, the largest first."""
+    holds); each tool's largest first, the tools in turn."""
     total = max(1, space.cases)
-    units: list[Unit] = []
+    per_tool: list[list[Unit]] = []
     for tool in tools:
+        units: list[Unit] = []
         for op, cases in space.supported.items():
             size = batch or max(1, min(MAX_BATCH, -(-total // max(1, all_workers))))
             size = max(1, min(size, cases_per_pattern(cases)))
             units += [Unit(tool, op, tuple(cases[i:i + size])) for i in range(0, len(cases), size)]
-    return sorted(units, key=lambda u: -len(u.cases))
+        per_tool.append(sorted(units, key=lambda u: -len(u.cases)))
+    # The tools take turns: a discovery cut short by a deadline has judged some of every tool's cases.
+    return [unit for turn in itertools.zip_longest(*per_tool) for unit in turn if unit is not None]
+
+
+def unrun(space: SuiteSpace, tools: Sequence[str], records, interrupted: bool) -> list[CaseRecord]:
+    """A cut record for every selected case that has none: its process never started (a Ctrl-C or
+    SIGTERM stopped the discovery first). A discovery never drops a case without saying why."""
+    seen = {r.key for r in records}
+    why = ("not run: the discovery was interrupted before its process started" if interrupted
+           else "not run: no process of this discovery reported it (a kvdiag fault; its logs are in the run)")
+    return [CaseRecord(tool=tool, op=op, params=params, state=CUT, why=why)
+            for tool in tools for op, cases in space.supported.items() for params in cases
+            if (tool, op, params) not in seen]
 
 
 def run_units(units: Sequence[Unit], runner: Runner, result: DiscoverResult, *, workers: int, devices: Sequence[Any],
@@ -171,7 +188,13 @@ def run_units(units: Sequence[Unit], runner: Runner, result: DiscoverResult, *, 
         take(outcome)
         return outcome.again
 
+    taken: set[int] = set()
+
     def take(outcome: UnitOutcome) -> None:
+        # After a Ctrl-C, dispatch salvages every unit handed out, those already finished included.
+        if id(outcome) in taken:
+            return
+        taken.add(id(outcome))
         result.records.extend(outcome.records)
         if outcome.row:
             result.processes.append(outcome.row)
