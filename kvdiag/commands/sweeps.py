@@ -130,6 +130,7 @@ def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
     from kvdiag.engine.sweep import sweep_exit_code
     from kvdiag.fileio import read_json
     from kvdiag.store.history import record_sweep
+    from kvdiag.store.discoveries import is_discovery
     from kvdiag.store.scans import is_scan
     from kvdiag.store.sweeps import merge_sweeps, with_sources
 
@@ -140,6 +141,12 @@ def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
     for path, document in zip(shards, documents):
         if not isinstance(document, dict):
             raise DataError(f"{path}: not a kvdiag sweep or scan (the JSON is not an object)")
+    found = [is_discovery(d) for d in documents]
+    if any(found):
+        if not all(found):
+            raise UsageError("merge takes the shards of one discovery, not discoveries with sweeps or scans: "
+                             + ", ".join(str(p) for p, f in zip(shards, found) if not f) + " are not discoveries")
+        return _merge_discoveries(ctx, shards, documents, output, fmt)
     scans = [is_scan(d) for d in documents]
     if any(scans):
         if not all(scans):
@@ -154,6 +161,24 @@ def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
                f"into {written_as(output, written)}", err=True)
     click.echo(SweepFormat(fmt).to_formatter().format(merged), nl=False)
     return sweep_exit_code(merged)
+
+
+def _merge_discoveries(ctx, paths, documents, output: Path, fmt: str) -> int:
+    """Shards of one `kvdiag discover`: the whole discovery, its roots rebuilt and matched against the registry."""
+    from kvdiag.engine.discover.result import from_document
+    from kvdiag.report.discover_formats import exit_code, render
+    from kvdiag.store.discoveries import check_discovery, merge_discoveries, save_discovery
+
+    if fmt not in ("table", "json", "markdown", "sarif", "html"):
+        raise UsageError(f"a merged discovery is shown as table, json, markdown, sarif or html, not {fmt}")
+    merged = merge_discoveries([check_discovery(d, str(p)) for p, d in zip(paths, documents)])
+    result = from_document(merged, ctx.registry.entries)
+    written = save_discovery({k: v for k, v in result.to_dict().items() if k != "run_dir"}
+                             | {"merged_from": merged["merged_from"]}, output)
+    click.echo(f"kvdiag: merged {len(paths)} discovery shard(s), {len(result.records)} case run(s), "
+               f"into {written_as(output, written)}", err=True)
+    click.echo(render(result, "text" if fmt == "table" else fmt), nl=False)
+    return exit_code(result)
 
 
 def _merge_scans(paths, documents, output: Path, fmt: str) -> int:

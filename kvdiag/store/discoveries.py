@@ -79,6 +79,12 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 raise UsageError(f"case {name} is in shard {part['shard']} but belongs to shard "
                                  f"{case_shard(name, count)}/{count}: the shards were dealt differently")
             seen[key] = part["shard"]
+    selections = {int((p.get("space") or {}).get("selection") or 0) for p in parts}
+    if len(selections) != 1:
+        raise UsageError("the shards come from different selections of cases (another build's listing, or --ops)")
+    wanted = selections.pop() * len(first.get("tools") or ())
+    if len(seen) != wanted:
+        raise UsageError(f"incomplete: the shards hold {len(seen)} case run(s) of the {wanted} selected")
     started_at, wall_s = _span(parts)
     space = dict(first.get("space") or {})
     ops: dict[str, int] = {}

@@ -74,6 +74,16 @@ kernel = '^block_reduce$'
 """
 
 
+def staged_build(kv: Scenarios) -> Path:
+    """The suite's build, and the source tree its CMakeCache names (the files the roots point into)."""
+    build = kv.build("backend_ops_suite")
+    source = build.parent / f"{build.name}-src" / "src" / "ggml-cuda"
+    source.mkdir(parents=True)
+    (source / "cpy.cu").write_text("\n".join(CPY_SOURCE) + "\n")
+    (source / "common.cuh").write_text("// common\n" * 600)
+    return build
+
+
 @dataclass
 class Discovered:
     root: Path
@@ -92,11 +102,7 @@ def discovered(tmp_path_factory) -> Discovered:
         isolate(mp, root)
         kv = Scenarios(root / "kv")
         kv.entry("D901", KNOWN_ENTRY)
-        build = kv.build("backend_ops_suite")
-        source = build.parent / f"{build.name}-src" / "src" / "ggml-cuda"
-        source.mkdir(parents=True)
-        (source / "cpy.cu").write_text("\n".join(CPY_SOURCE) + "\n")
-        (source / "common.cuh").write_text("// common\n" * 600)
+        build = staged_build(kv)
         sanitizer = kv.sanitizer()
         target = make_target(build, log_dir=root / "target-logs", sanitizer=sanitizer)
         trusted = {"racecheck", "synccheck"}
@@ -239,7 +245,7 @@ def test_every_format_shows_the_roots(discovered, fmt):
 def _staged_discovery(tmp_path: Path, mp: pytest.MonkeyPatch) -> tuple[Scenarios, Path]:
     isolate(mp, tmp_path)
     kv = Scenarios(tmp_path / "kv")
-    build = kv.build("backend_ops_suite")
+    build = staged_build(kv)
     target = make_target(build, log_dir=tmp_path / "target-logs", sanitizer=kv.sanitizer())
     mp.setattr(discover_session, "prepare_target", lambda *a, **k: target)
     mp.setattr(discover_session, "controls_gate_provider", lambda *a, **k: (lambda tool: Gate(True, "staged")))
@@ -280,3 +286,23 @@ def test_the_tools_take_turns_so_a_discovery_cut_short_has_judged_some_of_each()
     units = discover_session.plan_units(space, ("racecheck", "synccheck"), all_workers=2)
     assert [(u.tool, len(u.cases)) for u in units] == [("racecheck", 4), ("synccheck", 4), ("racecheck", 2),
                                                         ("synccheck", 2), ("racecheck", 1), ("synccheck", 1)]
+
+
+def test_shards_merge_into_the_roots_of_the_whole_discovery(tmp_path, monkeypatch, discovered):
+    kv, build = _staged_discovery(tmp_path, monkeypatch)
+    parts = []
+    for index in (1, 2):
+        part = tmp_path / f"part{index}.json"
+        assert main(["--registry", str(kv.registry_dir), "discover", "--build", str(build), "-j", "2",
+                     "--case-budget", BUDGET, "--tool", "racecheck,synccheck", "--shard", f"{index}/2",
+                     "--save", str(part), "--format", "json"]) in (0, 1, 4)
+        parts.append(part)
+    merged = tmp_path / "merged.json"
+    assert main(["--registry", str(kv.registry_dir), "merge", *map(str, parts), "-o", str(merged),
+                 "--format", "json"]) == 1
+    doc = json.loads(merged.read_text())
+    whole = discovered.doc
+    assert sorted((c["tool"], c["op"], c["params"], c["state"]) for c in doc["cases"]) == sorted(
+        (c["tool"], c["op"], c["params"], c["state"]) for c in whole["cases"])
+    assert [(r["site"], r["cases"]) for r in doc["roots"]] == [(r["site"], r["cases"]) for r in whole["roots"]]
+    assert main(["merge", str(parts[0]), "-o", str(tmp_path / "half.json")]) == 64   # shard 2/2 missing
