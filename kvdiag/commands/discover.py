@@ -18,7 +18,6 @@ from kvdiag.errors import ScanNotRun, UsageError
 
 DISCOVER_HELP = """Find the defects nobody registered: every case of every op, under each tool, grouped into roots.
 
-\b
 The case space is every case `test-backend-ops support` lists for the backend (--ops and
 --params narrow it). Cases run several to a sanitized process, in parallel on the GPU's slot
 pool; each case's findings are those printed with it. A process that aborts or overruns its
