@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from kvdiag.errors import DataError, UsageError
-from kvdiag.fileio import output_target, read_json
-from kvdiag.shards import Part, case_shard, complete_split, parse_shard
-from kvdiag.store.runs import write_json_atomic
-from kvdiag.store.scans import _span
+from kvdiag.fileio import read_json
+from kvdiag.shards import Part, check_dealt, complete_split, parse_shard
+from kvdiag.store.scans import check_format, save_document, span
 from kvdiag.store.sweeps import check_same_target
 
 DISCOVER_FORMAT = "kvdiag-discover/1"
@@ -27,16 +26,12 @@ def is_discovery(data: Any) -> bool:
 
 
 def save_discovery(document: Mapping[str, Any], path: Path) -> Path:
-    """Write atomically, only onto a regular file or a new path (kvdiag.fileio)."""
-    output_target(Path(path))
-    return write_json_atomic(Path(path), {"format": DISCOVER_FORMAT, **document})
+    return save_document(document, path, DISCOVER_FORMAT)
 
 
 def check_discovery(data: Any, source: str) -> dict[str, Any]:
     """``data`` if it reads as a saved discovery, else a DataError naming ``source``."""
-    if not is_discovery(data):
-        fmt = data.get("format") if isinstance(data, Mapping) else None
-        raise DataError(f"{source}: not a kvdiag discovery (format {fmt!r}, expected {DISCOVER_FORMAT})")
+    check_format(data, source, DISCOVER_FORMAT, "discovery")
     cases = data.get("cases")
     if not isinstance(cases, list) or not all(
             isinstance(c, Mapping) and isinstance(c.get("tool"), str) and isinstance(c.get("op"), str)
@@ -69,23 +64,16 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         check_same_target(pair, first.get("target") or {}, other.get("target") or {})
     seen: dict[tuple[str, str, str], str] = {}
     for part in parts:
-        index, _ = parse_shard(part["shard"])
         for case in part["cases"]:
-            key = (case["tool"], case["op"], case["params"])
-            name = f"{case['op']}({case['params']})"
-            if key in seen:
-                raise UsageError(f"case {name} under {case['tool']} is in both shard {seen[key]} and {part['shard']}")
-            if case_shard(name, count) != index:
-                raise UsageError(f"case {name} is in shard {part['shard']} but belongs to shard "
-                                 f"{case_shard(name, count)}/{count}: the shards were dealt differently")
-            seen[key] = part["shard"]
+            name = f"{case['op']}({case['params']}) under {case['tool']}"
+            check_dealt(seen, (case["tool"], case["op"], case["params"]), name, part["shard"], count)
     selections = {int((p.get("space") or {}).get("selection") or 0) for p in parts}
     if len(selections) != 1:
         raise UsageError("the shards come from different selections of cases (another build's listing, or --ops)")
     wanted = selections.pop() * len(first.get("tools") or ())
     if len(seen) != wanted:
         raise UsageError(f"incomplete: the shards hold {len(seen)} case run(s) of the {wanted} selected")
-    started_at, wall_s = _span(parts)
+    started_at, wall_s = span(parts)
     space = dict(first.get("space") or {})
     ops: dict[str, int] = {}
     for part in parts:

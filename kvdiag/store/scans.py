@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, read_json
 from kvdiag.records.verdict import Verdict
-from kvdiag.shards import Part, case_shard, complete_split, parse_shard
+from kvdiag.shards import Part, check_dealt, complete_split, parse_shard
 from kvdiag.store.runs import write_json_atomic
 from kvdiag.store.sweeps import check_same_target
 
@@ -32,18 +32,27 @@ def is_scan(data: Any) -> bool:
     return isinstance(data, Mapping) and data.get("format") == SCAN_FORMAT
 
 
-def save_scan(document: Mapping[str, Any], path: Path) -> Path:
-    """Write a scan document atomically, only onto a regular file or a new path; returns the file
-    written (a symlink's target: see kvdiag.fileio)."""
+def save_document(document: Mapping[str, Any], path: Path, fmt: str) -> Path:
+    """Write a saved document under its ``format`` name atomically, only onto a regular file or a new
+    path; returns the file written (a symlink's target: see kvdiag.fileio)."""
     output_target(Path(path))
-    return write_json_atomic(Path(path), {"format": SCAN_FORMAT, **document})
+    return write_json_atomic(Path(path), {"format": fmt, **document})
+
+
+def check_format(data: Any, source: str, fmt: str, what: str) -> None:
+    """A DataError naming ``source`` unless ``data`` is a JSON object of format ``fmt``."""
+    if not (isinstance(data, Mapping) and data.get("format") == fmt):
+        found = data.get("format") if isinstance(data, Mapping) else None
+        raise DataError(f"{source}: not a kvdiag {what} (format {found!r}, expected {fmt})")
+
+
+def save_scan(document: Mapping[str, Any], path: Path) -> Path:
+    return save_document(document, path, SCAN_FORMAT)
 
 
 def check_scan(data: Any, source: str) -> dict[str, Any]:
     """``data`` if it reads as a saved scan, else a DataError naming ``source``."""
-    if not is_scan(data):
-        fmt = data.get("format") if isinstance(data, Mapping) else None
-        raise DataError(f"{source}: not a kvdiag scan (format {fmt!r}, expected {SCAN_FORMAT})")
+    check_format(data, source, SCAN_FORMAT, "scan")
     cases = data.get("cases")
     if not isinstance(cases, Mapping) or not all(isinstance(c, Mapping) and c.get("verdict") in VERDICTS
                                                  for c in cases.values()):
@@ -80,14 +89,8 @@ def merge_scans(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         _check_same(first, s)
     seen: dict[str, str] = {}
     for s in scans:
-        index, _ = parse_shard(s["shard"])
         for case in list(s["cases"]) + list(s.get("not_run") or []):
-            if case in seen:
-                raise UsageError(f"case {case} is in both shard {seen[case]} and shard {s['shard']}")
-            if case_shard(case, count) != index:
-                raise UsageError(f"case {case} is in shard {s['shard']} but belongs to shard "
-                                 f"{case_shard(case, count)}/{count}: the shards were dealt differently")
-            seen[case] = s["shard"]
+            check_dealt(seen, case, case, s["shard"], count)
     absent = [c for c in first.get("selection") or [] if c not in seen]
     if absent:
         raise UsageError(f"incomplete: no shard judged {len(absent)} selected case(s), e.g. {absent[0]}")
@@ -113,7 +116,7 @@ def _summed(rows: Iterable[Mapping[str, Any]], key: str, fields: Sequence[str]) 
     return list(out.values())
 
 
-def _span(scans: Sequence[Mapping[str, Any]]) -> tuple[str, float]:
+def span(scans: Sequence[Mapping[str, Any]]) -> tuple[str, float]:
     """The earliest start and the wall time from it to the last shard's end."""
     times = [(_parse_time(s.get("started_at")), float(s.get("wall_s") or 0.0)) for s in scans]
     if all(t is not None for t, _ in times):
@@ -125,7 +128,7 @@ def _span(scans: Sequence[Mapping[str, Any]]) -> tuple[str, float]:
 def _merged(scans: Sequence[Mapping[str, Any]], count: int) -> dict[str, Any]:
     first = scans[0]
     cases = {c: v for s in scans for c, v in s["cases"].items()}
-    started_at, wall_s = _span(scans)
+    started_at, wall_s = span(scans)
     instantiations: dict[str, int] = {}
     for s in scans:
         for name, n in (s.get("instantiations") or {}).items():
