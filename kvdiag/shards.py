@@ -228,14 +228,15 @@ def _gitlab(environ: Mapping[str, str]) -> Shard | None:
     return _shard("gitlab", index, total, seen, f"{GITLAB_INDEX} counts from 1")
 
 
-def check_dealt(seen: dict, key: object, name: str, shard: str, count: int) -> None:
-    """Record that shard ``shard`` judged the case ``name`` (``key`` in ``seen``); a UsageError when
-    another shard judged it too, or when its name deals it to another shard (the shards of a merge
-    were dealt differently)."""
+def check_dealt(seen: dict, key: object, name: str, shard: str, count: int, shown: str | None = None) -> None:
+    """Record that shard ``shard`` judged the case ``name`` (``key`` in ``seen``; ``shown``: how a message
+    names it); a UsageError when another shard judged it too, or when its name deals it to another shard
+    (the shards of a merge were dealt differently)."""
     index, _ = parse_shard(shard)
+    shown = shown or name
     if key in seen:
-        raise UsageError(f"case {name} is in both shard {seen[key]} and shard {shard}")
+        raise UsageError(f"case {shown} is in both shard {seen[key]} and shard {shard}")
     if case_shard(name, count) != index:
-        raise UsageError(f"case {name} is in shard {shard} but belongs to shard {case_shard(name, count)}/{count}: "
+        raise UsageError(f"case {shown} is in shard {shard} but belongs to shard {case_shard(name, count)}/{count}: "
                          "the shards were dealt differently")
     seen[key] = shard

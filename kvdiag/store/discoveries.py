@@ -65,8 +65,9 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     seen: dict[tuple[str, str, str], str] = {}
     for part in parts:
         for case in part["cases"]:
-            name = f"{case['op']}({case['params']}) under {case['tool']}"
-            check_dealt(seen, (case["tool"], case["op"], case["params"]), name, part["shard"], count)
+            name = f"{case['op']}({case['params']})"
+            check_dealt(seen, (case["tool"], case["op"], case["params"]), name, part["shard"], count,
+                        shown=f"{name} under {case['tool']}")
     selections = {int((p.get("space") or {}).get("selection") or 0) for p in parts}
     if len(selections) != 1:
         raise UsageError("the shards come from different selections of cases (another build's listing, or --ops)")
