@@ -104,9 +104,7 @@ def discover_cmd(ctx, build_dir, tool_list, op_list, params, jobs, batch, case_b
 
         click.echo(f"kvdiag: {exc}", err=True)
         return int(Verdict(exc.verdict).exit_code)
-    if with_warnings:
-        for root in result.roots:
-            root.key = type(root.key)(**{**root.key.__dict__, "warning": False})
+    result.count_warnings = with_warnings
     if save is not None:
         written = save_discovery(result.to_dict(), save)
         click.echo(f"kvdiag: discovery saved to {written_as(save, written)}", err=True)

@@ -59,6 +59,8 @@ def cut_lines(result: DiscoverResult) -> list[str]:
 
 def render_text(result: DiscoverResult) -> str:
     out = [totals_line(result)]
+    if result.space.get("no_cases"):
+        out.append(f"no case in this suite: {', '.join(result.space['no_cases'])} (listed by --list-ops)")
     for tool, gate in result.gates.items():
         if gate.get("run") and not gate.get("trusted"):
             out.append(f"note: {tool}: {gate['reason']}")

@@ -129,6 +129,7 @@ def test_every_case_of_every_trusted_tool_is_judged_or_cut_with_why(discovered):
     assert doc["tools"] == ["racecheck", "synccheck"]          # memcheck and initcheck: controls not passed
     assert doc["gates"]["memcheck"]["run"] is False
     assert doc["space"]["not_supported"] == {"SCALE": 1}
+    assert doc["space"]["no_cases"] == []          # every op --list-ops names has a case here
     listed = doc["space"]["cases"]
     assert listed == 15
     keys = [(c["tool"], c["op"], c["params"]) for c in doc["cases"]]
@@ -306,3 +307,10 @@ def test_shards_merge_into_the_roots_of_the_whole_discovery(tmp_path, monkeypatc
         (c["tool"], c["op"], c["params"], c["state"]) for c in whole["cases"])
     assert [(r["site"], r["cases"]) for r in doc["roots"]] == [(r["site"], r["cases"]) for r in whole["roots"]]
     assert main(["merge", str(parts[0]), "-o", str(tmp_path / "half.json")]) == 64   # shard 2/2 missing
+
+
+def test_warnings_count_as_roots_only_when_asked(discovered):
+    result = from_document(discovered.doc)
+    assert [r.key.site for r in result.warnings] == ["softmax.cu:170"]
+    result.count_warnings = True
+    assert result.warnings == [] and "softmax.cu:170" in [r.key.site for r in result.defects]

@@ -39,14 +39,15 @@ class DiscoverResult:
     shard: str | None = None
     kvdiag_version: str = ""
     registry: str | None = None                       # the registry the roots were matched against
+    count_warnings: bool = False                      # --warnings: racecheck warning roots count as defects
 
     @property
     def defects(self) -> list[Root]:
-        return [r for r in self.roots if r.is_defect]
+        return [r for r in self.roots if r.is_defect or self.count_warnings]
 
     @property
     def warnings(self) -> list[Root]:
-        return [r for r in self.roots if not r.is_defect]
+        return [r for r in self.roots if not (r.is_defect or self.count_warnings)]
 
     @property
     def new_roots(self) -> list[Root]:

@@ -28,6 +28,7 @@ class SuiteSpace:
     supported: dict[str, tuple[str, ...]]
     not_supported: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0                  # cases listed twice under one name (run once)
+    no_cases: tuple[str, ...] = ()       # ops --list-ops names that the suite has no case of
     selection: int = 0                   # supported cases before sharding
     ops_source: str = "test-backend-ops support"
 
@@ -37,7 +38,7 @@ class SuiteSpace:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ops": {op: len(c) for op, c in self.supported.items()}, "cases": self.cases,
-                "not_supported": dict(self.not_supported), "duplicates": self.duplicates,
+                "not_supported": dict(self.not_supported), "duplicates": self.duplicates, "no_cases": list(self.no_cases),
                 "selection": self.selection, "ops_source": self.ops_source}
 
 
@@ -72,7 +73,9 @@ def list_suite(binary: Path, *, log_dir: Path, backend: str = "CUDA0", ops: Sequ
     if shard is not None:
         supported = {op: {c: None for c in cases if case_shard(f"{op}({c})", shard.count) == shard.index}
                      for op, cases in supported.items()}
+    listed = set(supported) | set(refused)
+    no_cases = tuple(op for op in known_ops if op not in listed and (not ops or op in ops) and not params)
     return SuiteSpace(supported={op: tuple(c) for op, c in supported.items() if c}, not_supported=refused,
-                      duplicates=duplicates, selection=selection,
+                      duplicates=duplicates, selection=selection, no_cases=no_cases,
                       ops_source="--list-ops checked, cases from test-backend-ops support" if known_ops
                       else "test-backend-ops support")
