@@ -16,6 +16,7 @@ from kvdiag import __version__
 from kvdiag.engine.applicability import judge_applicability
 from kvdiag.engine.arm import arm_record
 from kvdiag.engine.budget import compiles, step_budget
+from kvdiag.engine.case_forms import adapt_entry, case_format_of, format_note
 from kvdiag.engine.comparison import ComparisonArm, describe_comparison
 from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
@@ -95,7 +96,9 @@ def pick_step(entry: Entry, name: str | None) -> Step:
 
 def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOptions,
               gate_provider: GateProvider) -> Outcome:
-    """One verdict for one entry; raises RunInterrupted (after recording) on Ctrl-C."""
+    """One verdict for one entry; raises RunInterrupted (after recording) on Ctrl-C. The entry's case
+    regexes are first put in the form this build's test-backend-ops prints (engine.case_forms)."""
+    written, entry = entry, adapt_entry(entry, case_format_of(target))
     step = pick_step(entry, options.step)
     started = time.monotonic()
     n = options.runs or step.runs
@@ -106,7 +109,8 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     run_dir.write_record(header)
     presence = target.range_evidence(entry)
     judgement = judge_applicability(entry, step, target.facts())
-    warnings = list(judgement.warnings) + list(judgement.notes) + list(presence.notes)
+    warnings = (list(judgement.warnings) + list(judgement.notes) + list(presence.notes)
+                + format_note(written, entry, case_format_of(target)))
     if target.build is not None and target.build.staleness.stale:
         warnings.append(f"the build is stale against its sources ({target.build.staleness.pending_count} "
                         f"step(s) pending, {target.build.staleness.tool}): results may not reflect the source")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag import __version__
+from kvdiag.engine.case_forms import adapt_entry, case_format_of
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, scan_step
 from kvdiag.engine.scan_phases import entry_kernel_filter, run_phases, why_not_routed
@@ -69,7 +70,10 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     run_dir = RunStore(home).create(f"scan-{entry.id}", RunRecord(entry=entry.id, status="running", kind="scan",
                                                                    fields={"op": op, "params": params}))
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
+    fmt = case_format_of(target)
+    entry = adapt_entry(entry, fmt)        # the same cases `run` selects, in this build's case format
     op, params, space_source = scan_space(entry, target, op, params)
+    params = fmt.adapt(params)
     from kvdiag.engine.applicability import judge_applicability
 
     step = entry.step(entry.scan.step) if entry.scan else entry.default_step
