@@ -156,14 +156,14 @@ def scan_document(result: ScanResult) -> dict:
 
 
 def _nothing_to_scan(entry: Entry, step, space, presence):
-    """The verdict of a case space without a supported case: refused by the backend (not-applicable),
-    or empty, which the affected range judges (engine.presence)."""
-    from kvdiag.engine.presence import unexercised, with_range
-    from kvdiag.engine.verdict import Verdict
+    """The verdict of a case space without a supported case, as `run` judges it (engine.presence):
+    refused by the backend is not-applicable, unless the range places the tree inside (then the two
+    disagree: inconclusive); empty is what the affected range allows."""
+    from kvdiag.engine.presence import refused_everywhere, unexercised
 
     if space.listed:
-        return Verdict.NOT_APPLICABLE, with_range(f"all {len(space.listed)} matching case(s) are not supported by "
-                                                  f"this backend", presence)
+        return refused_everywhere(f"all {len(space.listed)} matching case(s) are not supported by this backend",
+                                  presence)
     scanned = dataclasses.replace(step, vars={**step.vars, "op": space.op, "params": space.params})
     return unexercised(entry, scanned, f"no {space.op} case matches /{space.params}/ in this build (0 cases)",
                        presence)

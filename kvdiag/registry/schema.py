@@ -208,7 +208,9 @@ STEP = Section(
         "sanitizer_options": Key("list[str]"),
         "kernel_filter": _s("compute-sanitizer --kernel-name value."),
         "print_limit": Key("int"),
-        "min_cases": Key("int", doc="backend-ops: fewer executed matching cases is not-applicable."),
+        "min_cases": Key("int", doc="backend-ops: fewer executed matching cases (default 1) is inconclusive, "
+                                    "never not-reproduced; not-applicable only when the affected range or a "
+                                    "source fact says the defect cannot be in the tree."),
         "expect": Key("regexes", doc="What a healthy run prints: proof the path executed (control). One regex, "
                                      "or an array of regexes that must all be seen (e.g. that the draft path ran "
                                      "and that the KV cache was in host memory)."),
