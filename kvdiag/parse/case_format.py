@@ -90,7 +90,8 @@ def adapt_regex(regex: str, kv_types: str | None) -> str:
             return joined    # an asymmetric pair: no joined form, selects nothing on such a build
         return _LONE.sub("type_KV=", joined)
     if kv_types == SPLIT:
-        return _JOINED_FIELD.sub(lambda m: f"type_K={m['t']},type_V={m['t']}", regex)
+        # a joined value may be a prefix (type_KV=(q|iq) selects q8_0): K's value runs on to its comma
+        return _JOINED_FIELD.sub(lambda m: f"type_K={m['t']}[^,]*,type_V={m['t']}", regex)
     return regex
 
 
