@@ -115,11 +115,11 @@ def named_as_launched(entry: Entry, about: EntryKernels) -> bool:
 
 
 def _device_function(about: EntryKernels, launched, listing, tool: str | None) -> str:
-    """The launch sentence of a regex that matches no kernel of this build and that the entry does not
-    name as launched: it may be a device function (no symbol, no launch of its own), so neither the
+    """The launch sentence of a regex that matches no kernel symbol of this build and that the entry does
+    not name as launched: it may be a device function (no symbol, no launch of its own), so neither the
     launches nor the symbols can say whether its code ran; the cases that ran are what the verdict rests on."""
     seen = f"launched under {tool}: {names(launched)}" if launched else "launches not listed"
-    where = listing.describe() if listing is not None else "no symbol listing"
+    where = listing.describe()
     return (f"launch not checked: {about.describe()} match no __global__ kernel of this build ({where}) and the "
             f"entry names no launched kernel (a [[radius]] kernel): a device function inlined into its kernel has "
             f"no symbol and no launch of its own ({seen})")
@@ -139,7 +139,7 @@ def judge_launch(entry: Entry, launches, listed: bool, context: LaunchContext | 
         return LaunchJudgement(None, f"launched under {tool}: {names(hit)}")
     listing = symbols() if symbols is not None else None
     compiled = [k for k in listing.kernels if about.matches(k)] if listing is not None and listing.listed else None
-    if not compiled and not named_as_launched(entry, about):
+    if compiled == [] and not named_as_launched(entry, about):
         return LaunchJudgement(None, _device_function(about, launched, listing, tool))
     if compiled == []:
         return LaunchJudgement(Verdict.NOT_APPLICABLE, f"this build contains no kernel the entry is about "

@@ -159,14 +159,16 @@ def _nothing_to_scan(entry: Entry, step, space, presence):
     """The verdict of a case space without a supported case, as `run` judges it (engine.presence):
     refused by the backend is not-applicable, unless the range places the tree inside (then the two
     disagree: inconclusive); empty is what the affected range allows."""
-    from kvdiag.engine.presence import refused_everywhere, unexercised
+    from kvdiag.engine.presence import refused_everywhere, unexercised, unlisted
 
     if space.listed:
         return refused_everywhere(f"all {len(space.listed)} matching case(s) are not supported by this backend",
                                   presence)
     scanned = dataclasses.replace(step, vars={**step.vars, "op": space.op, "params": space.params})
-    return unexercised(entry, scanned, f"no {space.op} case matches /{space.params}/ in this build (0 cases)",
-                       presence)
+    why = f"no {space.op} case matches /{space.params}/ in this build (0 cases)"
+    if step.absent_when_unlisted:
+        return unlisted(step, why, presence)
+    return unexercised(entry, scanned, why, presence)
 
 
 def default_workers(device, n_devices: int, batched: bool) -> int:
