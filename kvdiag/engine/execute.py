@@ -25,7 +25,7 @@ from kvdiag.engine.launch_proof import LaunchContext
 from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
 from kvdiag.engine.presence import after_running, before_running
-from kvdiag.engine.site_check import check_site
+from kvdiag.engine.site_check import check_site, place_in_tree
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
 from kvdiag.engine.wrapping import sanitizer_invocation
@@ -166,7 +166,11 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     if verdict is Verdict.CONFIRMED:
         notes, site = confirmed_notes(entry, target, attempts)
         warnings += notes
-        extra = {**extra, **({"site": site} if site else {})}
+    elif not options.scan_case:           # a scan's case: the scan places nothing per case
+        site = place_in_tree(entry, Tree.from_build_info(target.build) if target.build is not None else Tree(None))
+    else:
+        site = None
+    extra = {**extra, **({"site": site} if site else {})}
     verdict, reason, warnings = after_running(verdict, reason, warnings, presence,
                                               built_without=_built_without(attempts))
     extra = {**extra, **({"interrupted": True} if interrupted else {})}

@@ -154,3 +154,16 @@ def test_d6_runs_the_quantized_softcap_cases_an_older_era_names_type_KV(kv, old_
     r = kv.run(d6, target)
     assert r.outcome.attempts[0].evidence.cases_executed == 1
     assert r.outcome.verdict is Verdict.NOT_REPRODUCED, r.outcome.reason
+
+
+def test_a_run_that_confirms_nothing_keeps_the_site_placed_by_context(kv, d2, tmp_path):
+    """What the report quotes (report.where): the run places D2's site in its tree whatever the verdict."""
+    from tree_stand_in import listing, stand_in
+
+    source, _ = stand_in(listing("llama-b9084-facts.json"), tmp_path / "tree")
+    build = kv.build("backend_ops_type_kv_era", cache_extra={"CMAKE_HOME_DIRECTORY:INTERNAL": str(source)})
+    (build / "case-space.txt").write_text(D2_OLD_ERA.replace("nb=3", "nb=32") + "\n")
+    o = kv.run(d2, kv.target(build, sanitizer=kv.sanitizer())).outcome
+    assert o.verdict is Verdict.INCONCLUSIVE, o.reason
+    placed = o.extra["site"]["registry"][0]
+    assert placed["file"] == "ggml/src/ggml-cuda/fattn-mma-f16.cuh" and placed["line"], placed
