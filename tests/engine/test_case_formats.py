@@ -167,3 +167,14 @@ def test_a_run_that_confirms_nothing_keeps_the_site_placed_by_context(kv, d2, tm
     assert o.verdict is Verdict.INCONCLUSIVE, o.reason
     placed = o.extra["site"]["registry"][0]
     assert placed["file"] == "ggml/src/ggml-cuda/fattn-mma-f16.cuh" and placed["line"], placed
+
+
+def test_drift_selects_the_cases_run_selects(kv, old_era, monkeypatch):
+    import kvdiag.engine.drift_session as session
+
+    monkeypatch.setattr(session, "fingerprint_gpu", lambda **kw: fake_gpu())
+    build, _ = old_era
+    drift = session.run_drift_session(None, build, op="FLASH_ATTN_EXT", params="hsk=256,.*type_K=f16,type_V=f16",
+                                      runs=2)
+    assert drift.data["drift"]["params"] == "hsk=256,.*type_KV=f16"
+    assert (build / "invocations.log").read_text().splitlines() == ["hsk=256,.*type_KV=f16"] * 2
