@@ -38,12 +38,11 @@ USER_ENTRY = """
     [[repro]]
     name = "fast"
     kind = "backend-ops"
-    default = true
+    sanitizer = "racecheck"
+    vars = { op = "SOFT_MAX", params = 'ne=\\[(?:1024|2048|4096),' }
     description = "SOFT_MAX rows of 1024 columns or more (more than one warp per block) under racecheck."
     argv = ["{{ bin['test-backend-ops'] }}", "test", "-o", "{{ op }}", "-b", "{{ backend }}", "-p", "{{ params }}"]
     timeout = 120
-    sanitizer = "racecheck"
-    vars = { op = "SOFT_MAX", params = 'ne=\\[(?:1024|2048|4096),' }
 
     [[signature]]
     type = "sanitizer"

@@ -66,12 +66,22 @@ def test_a_pattern_fact_is_found_quoted_absent_saying_where_or_unknown(tmp_path)
     assert Tree(None).pattern(("x",), "y").state == UNKNOWN
 
 
-def test_d1_on_a_tree_without_a_320_route_is_not_applicable_quoting_the_router(kv, registry, tmp_path):
-    o = kv.run(registry.get("D1"), kv.target(build_on(kv, ggml_tree(tmp_path / "ggml")), sanitizer=None)).outcome
+ABSENT_FROM_GGML = {
+    "D1": ("the source has no head-size-320 route in the CUDA FlashAttention dispatch (a `case 320:` in fattn.cu, "
+           "in ggml since f1134856, 2026-04-29): no line of src/ggml-cuda/fattn.cu matches /^\\s*case 320:/"),
+    "D8": ("the source has no q2_0s type (GGML_TYPE_Q2_0S, a BeeLlama type): no line of include/ggml.h, src/ggml.c "
+           "matches /\\bGGML_TYPE_Q2_0S\\b/"),
+    # D3 was skipped here ("missing binary: llama-server"): the tree cannot build one
+    "D3": ("the source has no llama-server target in the tree's CMake (`set(TARGET llama-server)` in "
+           "tools/server/CMakeLists.txt): no tools/server/CMakeLists.txt, examples/server/CMakeLists.txt in the tree"),
+}
+
+
+@pytest.mark.parametrize("entry_id", sorted(ABSENT_FROM_GGML))
+def test_an_entry_whose_source_fact_ggml_lacks_is_not_applicable_quoting_it(kv, registry, tmp_path, entry_id):
+    o = kv.run(registry.get(entry_id), kv.target(build_on(kv, ggml_tree(tmp_path / "ggml")), sanitizer=None)).outcome
     assert o.verdict is Verdict.NOT_APPLICABLE, o.reason
-    assert o.reason.startswith("the source has no head-size-320 route in the CUDA FlashAttention dispatch (a `case "
-                               "320:` in fattn.cu, in ggml since f1134856, 2026-04-29): no line of "
-                               "src/ggml-cuda/fattn.cu matches /^\\s*case 320:/")
+    assert o.reason.startswith(ABSENT_FROM_GGML[entry_id])
     assert o.attempts == ()
 
 
@@ -80,21 +90,6 @@ def test_d1_on_a_tree_with_the_route_runs_its_cases(kv, registry, tmp_path):
                                              sanitizer=None)).outcome
     assert o.attempts and o.verdict is Verdict.INCONCLUSIVE       # the stand-in lists no hsk=320 case
     assert "not exercised by this build's tests" in o.reason
-
-
-def test_d8_on_a_tree_without_the_q2_0s_type_is_not_applicable(kv, registry, tmp_path):
-    o = kv.run(registry.get("D8"), kv.target(build_on(kv, ggml_tree(tmp_path / "ggml")), sanitizer=None)).outcome
-    assert o.verdict is Verdict.NOT_APPLICABLE, o.reason
-    assert o.reason.startswith("the source has no q2_0s type (GGML_TYPE_Q2_0S, a BeeLlama type): no line of "
-                               "include/ggml.h, src/ggml.c matches /\\bGGML_TYPE_Q2_0S\\b/")
-
-
-def test_d3_on_ggml_standalone_is_not_applicable_not_skipped_for_a_missing_binary(kv, registry, tmp_path):
-    o = kv.run(registry.get("D3"), kv.target(build_on(kv, ggml_tree(tmp_path / "ggml")), sanitizer=None)).outcome
-    assert o.verdict is Verdict.NOT_APPLICABLE, o.reason
-    assert o.reason.startswith("the source has no llama-server target in the tree's CMake (`set(TARGET "
-                               "llama-server)` in tools/server/CMakeLists.txt): no tools/server/CMakeLists.txt, "
-                               "examples/server/CMakeLists.txt in the tree")
 
 
 def test_d3_on_a_llama_cpp_tree_without_the_binary_stays_skipped(kv, registry, tmp_path):
