@@ -178,3 +178,24 @@ def test_drift_selects_the_cases_run_selects(kv, old_era, monkeypatch):
                                       runs=2)
     assert drift.data["drift"]["params"] == "hsk=256,.*type_KV=f16"
     assert (build / "invocations.log").read_text().splitlines() == ["hsk=256,.*type_KV=f16"] * 2
+
+
+@pytest.mark.parametrize("era, flags, printed", [
+    (JOINED, [], "hsk=256,type_KV=f16"),
+    (SPLIT, ["-DSPLIT"], "hsk=256,type_K=f16,type_V=f16"),
+])
+def test_a_compiled_program_carries_its_era_in_its_strings(tmp_path, era, flags, printed):
+    """Not a stand-in script: the vars() idiom of test-backend-ops.cpp compiled with -O2, read back from
+    the executable's bytes."""
+    import shutil
+    import subprocess
+
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler")
+    program = tmp_path / "vars"
+    subprocess.run([compiler, "-O2", *flags, "-o", str(program), str(SCENARIO_BUILDS.parent / "vars_to_str.cpp")],
+                   check=True)
+    assert subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout == \
+        f"  FLASH_ATTN_EXT({printed}): OK\n"
+    assert program_kv_types(program) == era
