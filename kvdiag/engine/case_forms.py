@@ -45,9 +45,9 @@ def adapt_entry(entry: Entry, fmt: CaseFormat) -> Entry:
     return adapted if adapted != entry else entry
 
 
-def format_note(entry: Entry, adapted: Entry, fmt: CaseFormat) -> list[str]:
-    """The verdict's note when the entry's case regexes were rewritten for this build (none otherwise)."""
-    return [fmt.describe()] if adapted is not entry else []
+def format_note(entry: Entry, adapted: Entry, target) -> list[str]:
+    """The verdict's note when the entry's case regexes were rewritten for the target's build (none otherwise)."""
+    return [case_format_of(target).describe()] if adapted is not entry else []
 
 
 def _step(step: Step, fmt: CaseFormat) -> Step:

@@ -70,10 +70,8 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     run_dir = RunStore(home).create(f"scan-{entry.id}", RunRecord(entry=entry.id, status="running", kind="scan",
                                                                    fields={"op": op, "params": params}))
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
-    fmt = case_format_of(target)
-    entry = adapt_entry(entry, fmt)        # the same cases `run` selects, in this build's case format
+    entry = adapt_entry(entry, case_format_of(target))    # the cases `run` selects, in this build's format
     op, params, space_source = scan_space(entry, target, op, params)
-    params = fmt.adapt(params)
     from kvdiag.engine.applicability import judge_applicability
 
     step = entry.step(entry.scan.step) if entry.scan else entry.default_step
@@ -185,9 +183,10 @@ def default_workers(device, n_devices: int, batched: bool) -> int:
 
 
 def scan_space(entry: Entry, target, op: str | None, params: str | None) -> tuple[str, str, str]:
-    """(op, params, where they come from): --params; else the radius recorded for this tree
-    (or every tree) with `kvdiag registry radius`; else the entry's [scan]."""
+    """(op, params, where they come from): --params (in the build's case format); else the radius
+    recorded for this tree (or every tree) with `kvdiag registry radius`; else the entry's [scan]."""
     if params:
+        params = case_format_of(target).adapt(params)
         return op or (entry.scan.op if entry.scan else ""), params, "--params"
     git = target.build.git if target.build is not None else None
     commit = git.commit if git is not None else None
