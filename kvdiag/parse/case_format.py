@@ -31,8 +31,9 @@ JOINED = "type_KV"         # before it
 FORMATS = (SPLIT, JOINED)
 
 # One value of a type field inside a case regex: a type name or a small regex over one
-# (f16, q8_0, (q|iq), \w+, [a-z0-9_]+), never a non-capturing group such as (?:[, ]|$).
-_VALUE = r"(?:\((?!\?)[^()]*\)|[\w\[\]\\.*+-])+"
+# (f16, q8_0, (q|iq), (?:f16|q8_0), \w+, [a-z0-9_]+), never the field's terminator, a group
+# holding a comma, a space or an end anchor such as (?:[, ]|$).
+_VALUE = r"(?:\((?:\?:)?[^(),\s$]*\)|[\w\[\]\\.*+-])+"
 _PAIR = re.compile(rf"type_K=(?P<k>{_VALUE}),type_V=(?P<v>{_VALUE})")
 _LONE = re.compile(r"type_([KV])=")
 _JOINED_FIELD = re.compile(rf"type_KV=(?P<t>{_VALUE})")

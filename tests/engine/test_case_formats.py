@@ -199,3 +199,15 @@ def test_a_compiled_program_carries_its_era_in_its_strings(tmp_path, era, flags,
     assert subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout == \
         f"  FLASH_ATTN_EXT({printed}): OK\n"
     assert program_kv_types(program) == era
+
+
+def test_a_radius_measured_on_an_older_era_writes_regexes_every_era_can_read():
+    from kvdiag.engine.radius import case_regexes
+    from kvdiag.engine.scan_kernels import DEFAULT_DIMENSIONS
+
+    cases = [D2_OLD_ERA, D2_OLD_ERA.replace("type_KV=f16", "type_KV=q8_0")]
+    regexes = case_regexes(cases, DEFAULT_DIMENSIONS)       # type_K, type_V: one type_KV on this build
+    assert all("type_KV=" in r for r in regexes) and all(any(re.search(r, c) for r in regexes) for c in cases)
+    newer = [c for c, _ in [(n, o) for n, o in ((n, in_the_older_form(n)) for n in recorded_cases())
+                            if o in cases]]
+    assert newer and all(any(re.search(adapt_regex(r, SPLIT), c) for r in regexes) for c in newer)
