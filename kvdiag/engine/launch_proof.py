@@ -120,9 +120,9 @@ def _device_function(about: EntryKernels, launched, listing, tool: str | None) -
     launches nor the symbols can say whether its code ran; the cases that ran are what the verdict rests on."""
     seen = f"launched under {tool}: {names(launched)}" if launched else "launches not listed"
     where = listing.describe()
-    return (f"launch not checked: {about.describe()} match no __global__ kernel of this build ({where}) and the "
-            f"entry names no launched kernel (a [[radius]] kernel): a device function inlined into its kernel has "
-            f"no symbol and no launch of its own ({seen})")
+    return (f"launch not checked: {about.describe()}: none among this build's __global__ symbols ({where}), and "
+            f"the entry names no launched kernel (a [[radius]] kernel): a device function inlined into its kernel "
+            f"has no symbol and no launch of its own ({seen})")
 
 
 def judge_launch(entry: Entry, launches, listed: bool, context: LaunchContext | None, *,

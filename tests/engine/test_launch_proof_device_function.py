@@ -82,8 +82,8 @@ def test_the_fixed_build_whose_cases_ran_clean_is_not_reproduced_not_not_applica
     o = kv.run(user_entry, target).outcome
     assert o.verdict is Verdict.NOT_REPRODUCED, o.reason
     assert o.reason.startswith("20 matching case(s) executed (20 OK, 0 FAIL); the signature did not match; ")
-    assert ("launch not checked: kernels matching /block_reduce/ match no __global__ kernel of this build "
-            "(4 kernel symbol(s) in libggml-cuda.so (cuobjdump)) and the entry names no launched kernel") in o.reason
+    assert ("launch not checked: kernels matching /block_reduce/: none among this build's __global__ symbols "
+            "(4 kernel symbol(s) in libggml-cuda.so (cuobjdump)), and the entry names no launched kernel") in o.reason
     assert "launched under racecheck: soft_max_f32<true, 0, 0, float>, soft_max_f32<true, 0, 0, __half>" in o.reason
     assert o.attempts[0].evidence.launched        # the launches were listed: the probe's program ran
     assert "ne=\\[(?:1024|2048|4096)," in (build / "invocations.log").read_text()
