@@ -139,7 +139,7 @@ def _tree_facts(entry: Entry, build, notes: list[str]) -> str | None:
     a file in either layout, a test by CTest name or tests/<name>.* source. Absent with something
     close in its place raises FactMismatch (inconclusive, never not-applicable)."""
     applies = entry.applies
-    if not applies.source_paths and not applies.tests:
+    if not applies.source_paths and not applies.tests and not applies.source_facts:
         return None
     from kvdiag.target.tree import ABSENT, UNKNOWN, Tree
 
@@ -155,6 +155,20 @@ def _tree_facts(entry: Entry, build, notes: list[str]) -> str | None:
                                f"proves nothing (`kvdiag registry verify` lists every such fact)")
         elif answer.state == ABSENT:
             return f"{answer.detail} (this fork's feature is absent)"
+    return _source_facts(applies.source_facts, tree, notes)
+
+
+def _source_facts(facts, tree, notes: list[str]) -> str | None:
+    """``[[applies.source_facts]]``: the first fact this tree lacks, quoted with where it was looked for
+    (a route, a type, a build target the defect needs); a tree not at hand is a note."""
+    from kvdiag.target.tree import ABSENT, UNKNOWN
+
+    for fact in facts:
+        answer = tree.pattern(tuple(fact["files"]), fact["pattern"])
+        if answer.state == UNKNOWN:
+            notes.append(f"could not check that the tree has {fact['says']}: {answer.detail}")
+        elif answer.state == ABSENT:
+            return f"the source has no {fact['says']}: {answer.detail}"
     return None
 
 

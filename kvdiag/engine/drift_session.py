@@ -48,6 +48,7 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
     if binary is None:
         raise UsageError(f"no test-backend-ops in {build_dir}")
     info = probe_backend_ops(binary, log_dir=run_dir.logs)
+    params = info.case_format.adapt(params)     # the same cases `run` selects, in this build's case format
     criterion = entry.drift if entry else None
     seeds = criterion.seeds if criterion else ()
     result = run_drift(binary, run_dir, op=op, params=params, runs=runs, seeds=seeds, has_seed=info.has_seed,

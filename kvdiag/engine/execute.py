@@ -16,6 +16,7 @@ from kvdiag import __version__
 from kvdiag.engine.applicability import judge_applicability
 from kvdiag.engine.arm import arm_record
 from kvdiag.engine.budget import compiles, step_budget
+from kvdiag.engine.case_forms import adapt_entry, case_format_of, format_note
 from kvdiag.engine.comparison import ComparisonArm, describe_comparison
 from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
@@ -24,7 +25,7 @@ from kvdiag.engine.launch_proof import LaunchContext
 from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
 from kvdiag.engine.presence import after_running, before_running
-from kvdiag.engine.site_check import check_site
+from kvdiag.engine.site_check import check_site, place_in_tree
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
 from kvdiag.engine.wrapping import sanitizer_invocation
@@ -95,9 +96,10 @@ def pick_step(entry: Entry, name: str | None) -> Step:
 
 def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOptions,
               gate_provider: GateProvider) -> Outcome:
-    """One verdict for one entry; raises RunInterrupted (after recording) on Ctrl-C."""
-    step = pick_step(entry, options.step)
-    started = time.monotonic()
+    """One verdict for one entry; raises RunInterrupted (after recording) on Ctrl-C. The entry's case
+    regexes are first put in the form this build's test-backend-ops prints (engine.case_forms)."""
+    written, entry = entry, adapt_entry(entry, case_format_of(target))
+    step, started = pick_step(entry, options.step), time.monotonic()
     n = options.runs or step.runs
     header = RunRecord(entry=entry.id, status="running", fields={
         "kvdiag_version": __version__, "step": step.name, "target": target.to_dict(),
@@ -106,7 +108,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
     run_dir.write_record(header)
     presence = target.range_evidence(entry)
     judgement = judge_applicability(entry, step, target.facts())
-    warnings = list(judgement.warnings) + list(judgement.notes) + list(presence.notes)
+    warnings = [*judgement.warnings, *judgement.notes, *presence.notes, *format_note(written, entry, target)]
     if target.build is not None and target.build.staleness.stale:
         warnings.append(f"the build is stale against its sources ({target.build.staleness.pending_count} "
                         f"step(s) pending, {target.build.staleness.tool}): results may not reflect the source")
@@ -159,10 +161,9 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
             if not _measured_in_reason(entry, step, verdict):
                 reason += f"; {describe_comparison(comparison)}"
         interrupted = arm.interrupted or _cancelled(options)
-    if verdict is Verdict.CONFIRMED:
-        notes, site = confirmed_notes(entry, target, attempts)
-        warnings += notes
-        extra = {**extra, **({"site": site} if site else {})}
+    notes, site = site_notes(entry, target, attempts, verdict, options)
+    warnings += notes
+    extra = {**extra, **({"site": site} if site else {})}
     verdict, reason, warnings = after_running(verdict, reason, warnings, presence,
                                               built_without=_built_without(attempts))
     extra = {**extra, **({"interrupted": True} if interrupted else {})}
@@ -202,6 +203,18 @@ def _cut(attempts: list[Attempt]) -> list[str]:
         return []
     return [f"{cut['bytes_lost']} bytes of output never reached the logs ({cut['error']}): what the verdict "
             "read was cut short (log_truncated in run.json)"]
+
+
+def site_notes(entry: Entry, target: Target, attempts: list[Attempt], verdict: Verdict,
+               options: RunOptions) -> tuple[list[str], dict | None]:
+    """The notes and the site record of the outcome: a confirmation's (compared with what the detector
+    printed), else the site placed by its context alone (engine.site_check.place_in_tree), as `registry
+    verify` places it; nothing for a scan's case (the scan places nothing per case)."""
+    if verdict is Verdict.CONFIRMED:
+        return confirmed_notes(entry, target, attempts)
+    if options.scan_case:
+        return [], None
+    return [], place_in_tree(entry, Tree.from_build_info(target.build) if target.build is not None else Tree(None))
 
 
 def confirmed_notes(entry: Entry, target: Target, attempts: list[Attempt]) -> tuple[list[str], dict | None]:

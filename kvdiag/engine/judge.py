@@ -10,7 +10,8 @@
    ``min_cases`` → not-applicable only when the entry's affected range says the defect
    cannot be in this tree (fixed, or outside every range); inside a range, or when the
    range cannot place the tree, → inconclusive: nothing ran, and nothing shows the
-   defect absent (engine.presence says what would exercise it);
+   defect absent (engine.presence says what would exercise it); none listed at all by a step
+   whose defect is one of its cases (``absent_when_unlisted``) → not-applicable, quoting why;
 5. the path did not run as a healthy build runs it (`expect` not seen, a different
    abort, an unexpected exit, other sanitizer findings) → inconclusive, showing what happened;
 6. a relative matcher could not compare (a figure missing in the step or its comparison
@@ -35,7 +36,7 @@ from kvdiag.controls.gate import Gate
 from kvdiag.engine.launch_proof import LaunchContext, judge_launch
 from kvdiag.engine.matchers import UNDETERMINED, Match, match
 from kvdiag.engine.observe import ArmReading, Observations
-from kvdiag.engine.presence import refused_everywhere, unexercised, with_range
+from kvdiag.engine.presence import refused_everywhere, unexercised, unlisted, with_range
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.launches import distinct_kernels
 from kvdiag.parse.sanitizer import instantiations, site_label
@@ -104,6 +105,8 @@ def _decide(entry: Entry, obs: Observations, matches: Sequence[Match],
         if refused:
             return refused_everywhere(refused, presence)
         none_ran = _no_cases(obs)
+        if none_ran and step.absent_when_unlisted and not (obs.backend_ops and obs.backend_ops.cases):
+            return unlisted(step, none_ran, presence)
         if none_ran:
             return unexercised(entry, obs.step, none_ran, presence)
     odd = _abnormal(obs)

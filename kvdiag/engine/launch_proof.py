@@ -10,7 +10,13 @@ The launch probe lists every kernel launched (kvdiag.parse.launches), so the gat
 2. Did one of them launch in this run? Then not-reproduced stands, naming them.
 3. None launched: is one compiled into the build (kvdiag.target.kernel_symbols)?
    None compiled → `not-applicable`, quoting the symbol listing (the build cannot have
-   the defect there). Compiled but not launched → `inconclusive` with the reason; for
+   the defect there), but only for kernels the entry names as launched: the radius'
+   ``__global__`` instantiations, or a signature regex that a measured radius shows
+   matching one. A signature's ``kernel`` regex names the function the detector reports,
+   which may be a device function inlined into its kernel (racecheck names
+   ``block_reduce`` inside ``soft_max_f32``): it has no symbol and no launch of its own,
+   so matching none says nothing, and not-reproduced stands, saying the launch was not
+   checked. Compiled but not launched → `inconclusive` with the reason; for
    one case of a scan → `not-applicable` for that case ("this case does not reach it"),
    since the case space of a scan routes most shapes to other kernels by design.
 4. Launches were not listed (the probe could not be built, a server step): a symbol
@@ -97,6 +103,28 @@ def entry_kernels(entry: Entry, commit: str | None = None, *, family: bool = Fal
     return EntryKernels(patterns=patterns)
 
 
+def named_as_launched(entry: Entry, about: EntryKernels) -> bool:
+    """Whether the entry names these kernels as launched (``__global__`` kernels): the radius' kernels
+    are the launched instantiations a scan measured; a signature's ``kernel`` regex names the function
+    the detector reports, which may be a device function inlined into its kernel (``block_reduce`` in
+    ``soft_max_f32``), so it counts only where a measured radius shows it matching a launched kernel."""
+    if about.exact:
+        return True
+    measured = [k for table in entry.radius for key in ("kernels", "clean_kernels") for k in table.get(key) or ()]
+    return any(about.matches(k) for k in measured)
+
+
+def _device_function(about: EntryKernels, launched, listing, tool: str | None) -> str:
+    """The launch sentence of a regex that matches no kernel symbol of this build and that the entry does
+    not name as launched: it may be a device function (no symbol, no launch of its own), so neither the
+    launches nor the symbols can say whether its code ran; the cases that ran are what the verdict rests on."""
+    seen = f"launched under {tool}: {names(launched)}" if launched else "launches not listed"
+    where = listing.describe()
+    return (f"launch not checked: {about.describe()}: none among this build's __global__ symbols ({where}), and "
+            f"the entry names no launched kernel (a [[radius]] kernel): a device function inlined into its kernel "
+            f"has no symbol and no launch of its own ({seen})")
+
+
 def judge_launch(entry: Entry, launches, listed: bool, context: LaunchContext | None, *,
                  tool: str | None) -> LaunchJudgement:
     """The gate's answer for one attempt whose verdict would be not-reproduced."""
@@ -111,6 +139,8 @@ def judge_launch(entry: Entry, launches, listed: bool, context: LaunchContext | 
         return LaunchJudgement(None, f"launched under {tool}: {names(hit)}")
     listing = symbols() if symbols is not None else None
     compiled = [k for k in listing.kernels if about.matches(k)] if listing is not None and listing.listed else None
+    if compiled == [] and not named_as_launched(entry, about):
+        return LaunchJudgement(None, _device_function(about, launched, listing, tool))
     if compiled == []:
         return LaunchJudgement(Verdict.NOT_APPLICABLE, f"this build contains no kernel the entry is about "
                                                        f"({about.describe()}): {listing.describe()}")

@@ -114,6 +114,16 @@ def _compile_display(step: Step, build) -> str:
             f"ninja -C {shlex.quote(str(scratch.path))} -k 0 {objects}")
 
 
+def _in_build_format(entry: Entry, build) -> Entry:
+    """The entry's case regexes as `run` renders them for this build (engine.case_forms)."""
+    from kvdiag.engine.case_forms import adapt_entry
+    from kvdiag.parse.case_format import CaseFormat
+    from kvdiag.target.backend_ops import program_kv_types
+
+    binary = build.binary("test-backend-ops")
+    return adapt_entry(entry, CaseFormat(program_kv_types(binary) if binary is not None else None))
+
+
 def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
     """What `kvdiag show ID --build DIR` prints: each step's argv against that build."""
     from kvdiag.engine.ranges import range_evidence
@@ -121,6 +131,7 @@ def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="kvdiag-show-") as tmp:
         build = inspect_build(build_dir, log_dir=Path(tmp), check_staleness=False)
+        entry = _in_build_format(entry, build)
         presence = range_evidence(entry, TreeHistory(build.source_dir, Path(tmp)),
                                   dirty=bool(build.git is not None and build.git.dirty))
     out = []

@@ -37,7 +37,7 @@ from kvdiag.records.verdict import Verdict
 from kvdiag.registry.entry import Entry, Step
 
 __all__ = ["PRESENT_UNEXERCISED", "after_running", "before_running", "exercise_hint", "refused_everywhere",
-           "unexercised", "with_range"]
+           "unexercised", "unlisted", "with_range"]
 
 PRESENT_UNEXERCISED = "present by range, not exercised by this build's tests"
 
@@ -52,6 +52,17 @@ def unexercised(entry: Entry, step: Step, why: str, presence: RangeEvidence | No
     placed = presence.summary if presence is not None else "the affected range was not evaluated"
     return Verdict.INCONCLUSIVE, (f"not exercised by this build's tests, and nothing shows the defect absent: {why}; "
                                   f"{placed}; {hint}")
+
+
+def unlisted(step: Step, why: str, presence: RangeEvidence | None) -> tuple[Verdict, str]:
+    """The program listed no case of a step whose defect is one of its cases (``absent_when_unlisted``):
+    its case list, compiled from the tree's own tests and read in the build's case format, is a
+    source fact that says "absent", so not-applicable quoting it, unless the range places the tree
+    inside (then the two disagree, as for any source fact)."""
+    reason = f"{why}: {step.absent_when_unlisted}"
+    if presence is not None and presence.says_present:
+        return Verdict.INCONCLUSIVE, _disagree(presence, reason)
+    return Verdict.NOT_APPLICABLE, with_range(reason, presence)
 
 
 def exercise_hint(entry: Entry, step: Step) -> str:

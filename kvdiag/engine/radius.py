@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from kvdiag import __version__
 from kvdiag.engine.planning import escape_params
-from kvdiag.engine.scan_kernels import DEFAULT_DIMENSIONS
+from kvdiag.engine.scan_kernels import DEFAULT_DIMENSIONS, dimensions_of
 from kvdiag.errors import DataError, UsageError
 from kvdiag.parse.backend_ops import params_dict
 from kvdiag.parse.launches import canonical
@@ -49,7 +49,7 @@ def _joined(keys: Sequence[str], order: Sequence[str], values: Mapping[str, Sequ
 def case_regexes(cases: Sequence[str], dimensions: Sequence[str]) -> list[str]:
     """Regexes (test-backend-ops -p, std::regex ECMAScript) whose union selects every case."""
     parsed = [params_dict(c) for c in cases]
-    dims = [d for d in dimensions if parsed and all(d in p for p in parsed)]
+    dims = [d for d in dimensions_of(cases, dimensions) if parsed and all(d in p for p in parsed)]
     if not dims:
         return ["^(?:" + "|".join(escape_params(c) for c in cases) + ")$"] if cases else []
     merge = max(dims, key=lambda d: len({p[d] for p in parsed}))

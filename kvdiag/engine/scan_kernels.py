@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kvdiag.engine.verdict import Verdict
 from kvdiag.parse.backend_ops import params_dict
+from kvdiag.parse.case_format import CaseFormat, kv_types_in
 from kvdiag.parse.launches import canonical
 
 DEFAULT_DIMENSIONS = ("hsk", "hsv", "nr23", "nb", "type_K", "type_V")
@@ -46,11 +47,17 @@ def _sorted(values: Iterable[str]) -> list[str]:
     return sorted(values, key=lambda v: (0, int(v)) if v.isdigit() else (1, v))
 
 
+def dimensions_of(cases: Iterable[str], dimensions: Sequence[str]) -> tuple[str, ...]:
+    """The dimensions as these cases name them: type_K/type_V are one type_KV in an older
+    test-backend-ops (kvdiag.parse.case_format)."""
+    return CaseFormat(kv_types_in("\n".join(cases))).adapt_dimensions(tuple(dimensions))
+
+
 def group_by_kernel(results: Mapping[str, Any], *, patterns: Sequence[str], dimensions: Sequence[str] = (),
                     compiled: Sequence[str] | None = None, listing: str | None = None) -> dict[str, Any]:
     """``results``: case params → Attempt. ``patterns``: the entry's kernel regexes (its family).
     ``compiled``: the build's kernels (None when not listed)."""
-    dims = tuple(dimensions) or DEFAULT_DIMENSIONS
+    dims = dimensions_of(results, tuple(dimensions) or DEFAULT_DIMENSIONS)
     in_family = _family(patterns)
     affected: dict[str, list[str]] = {}
     clean: dict[str, list[str]] = {}

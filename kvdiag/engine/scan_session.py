@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag import __version__
+from kvdiag.engine.case_forms import adapt_entry, case_format_of
 from kvdiag.engine.gates import controls_gate_provider
 from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, scan_step
 from kvdiag.engine.scan_phases import entry_kernel_filter, run_phases, why_not_routed
@@ -69,6 +70,7 @@ def run_scan(entry: Entry, build_dir: Path, *, jobs: int | None, op: str | None,
     run_dir = RunStore(home).create(f"scan-{entry.id}", RunRecord(entry=entry.id, status="running", kind="scan",
                                                                    fields={"op": op, "params": params}))
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
+    entry = adapt_entry(entry, case_format_of(target))    # the cases `run` selects, in this build's format
     op, params, space_source = scan_space(entry, target, op, params)
     from kvdiag.engine.applicability import judge_applicability
 
@@ -152,17 +154,19 @@ def scan_document(result: ScanResult) -> dict:
 
 
 def _nothing_to_scan(entry: Entry, step, space, presence):
-    """The verdict of a case space without a supported case: refused by the backend (not-applicable),
-    or empty, which the affected range judges (engine.presence)."""
-    from kvdiag.engine.presence import unexercised, with_range
-    from kvdiag.engine.verdict import Verdict
+    """The verdict of a case space without a supported case, as `run` judges it (engine.presence):
+    refused by the backend is not-applicable, unless the range places the tree inside (then the two
+    disagree: inconclusive); empty is what the affected range allows."""
+    from kvdiag.engine.presence import refused_everywhere, unexercised, unlisted
 
     if space.listed:
-        return Verdict.NOT_APPLICABLE, with_range(f"all {len(space.listed)} matching case(s) are not supported by "
-                                                  f"this backend", presence)
+        return refused_everywhere(f"all {len(space.listed)} matching case(s) are not supported by this backend",
+                                  presence)
     scanned = dataclasses.replace(step, vars={**step.vars, "op": space.op, "params": space.params})
-    return unexercised(entry, scanned, f"no {space.op} case matches /{space.params}/ in this build (0 cases)",
-                       presence)
+    why = f"no {space.op} case matches /{space.params}/ in this build (0 cases)"
+    if step.absent_when_unlisted:
+        return unlisted(step, why, presence)
+    return unexercised(entry, scanned, why, presence)
 
 
 def default_workers(device, n_devices: int, batched: bool) -> int:
@@ -179,9 +183,10 @@ def default_workers(device, n_devices: int, batched: bool) -> int:
 
 
 def scan_space(entry: Entry, target, op: str | None, params: str | None) -> tuple[str, str, str]:
-    """(op, params, where they come from): --params; else the radius recorded for this tree
-    (or every tree) with `kvdiag registry radius`; else the entry's [scan]."""
+    """(op, params, where they come from): --params (in the build's case format); else the radius
+    recorded for this tree (or every tree) with `kvdiag registry radius`; else the entry's [scan]."""
     if params:
+        params = case_format_of(target).adapt(params)
         return op or (entry.scan.op if entry.scan else ""), params, "--params"
     git = target.build.git if target.build is not None else None
     commit = git.commit if git is not None else None

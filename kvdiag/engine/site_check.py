@@ -7,7 +7,9 @@ cannot be read, by the line recorded for the build's commit. When the two differ
 either the registry's context leads to the wrong construct in this tree or the
 detector fired somewhere else: the verdict keeps its confirmation and carries a
 note saying which lines disagree. The placement is kept in the outcome
-(``extra["site"]``) so a report names the site in this tree's layout and line.
+(``extra["site"]``) so a report names the site in this tree's layout and line; a run that
+confirmed nothing keeps the placement by context alone (:func:`place_in_tree`), the one
+`kvdiag registry verify` makes, so the report and verify never disagree on where it is.
 """
 
 from __future__ import annotations
@@ -66,3 +68,13 @@ def check_site(entry: Entry, tree: Tree, attempts: Sequence[Attempt]) -> tuple[d
 def _placed(spec: SiteSpec, placement: sites.Placement) -> dict[str, Any]:
     return {"file": placement.file, "line": placement.line, "state": placement.state, "how": placement.how,
             "finds": spec.describe(), "detail": placement.detail}
+
+
+def place_in_tree(entry: Entry, tree: Tree) -> dict[str, Any] | None:
+    """Where the registry's sites are in this tree, by their context, as `kvdiag registry verify` places
+    them: the record a run keeps when nothing was confirmed (nothing printed a site to compare), so that
+    the report names the site in this tree whatever the verdict. None when the entry has no sites."""
+    specs = [SiteSpec.from_table(t) for t in (entry.location or {}).get("sites", ())]
+    if not specs:
+        return None
+    return {"printed": [], "registry": [_placed(s, tree.place(s)) for s in specs], "agrees": None}

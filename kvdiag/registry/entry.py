@@ -86,6 +86,7 @@ class Step:
     sources: tuple[str, ...] = ()                                    # compile: translation units to build
     exercise_probe: str | None = None   # backend-ops: the probe that adds this step's cases to a tree lacking them
     cmake_options: tuple[str, ...] | None = None    # compile: options the tree must define; None: [applies]'s
+    absent_when_unlisted: str | None = None   # backend-ops: why a program listing no matching case lacks the defect
 
     def required_options(self, entry_options: tuple[str, ...]) -> tuple[str, ...]:
         """The CMake options this step needs the tree to define: its own list, else the entry's."""

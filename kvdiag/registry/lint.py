@@ -144,6 +144,30 @@ def _check_value(value: Any, spec: schema.Key) -> str | None:
             return "must be a table"
     elif kind == "list[table]":
         return _check_sites(value)
+    elif kind == "source-facts":
+        return _check_source_facts(value)
+    return None
+
+
+FACT_KEYS = ("files", "pattern", "says")
+
+
+def _check_source_facts(value: Any) -> str | None:
+    """`applies.source_facts`: each {files: non-empty array of paths, pattern: a regex, says: what it shows}."""
+    if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
+        return "must be a non-empty array of tables {files, pattern, says} ([[applies.source_facts]])"
+    for i, fact in enumerate(value):
+        unknown = sorted(set(fact) - set(FACT_KEYS))
+        if unknown:
+            return f"[{i}]: unknown key(s) {', '.join(unknown)} (known: {', '.join(FACT_KEYS)})"
+        files = fact.get("files")
+        if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
+            return f"[{i}].files must be a non-empty array of paths in the tree"
+        if not isinstance(fact.get("says"), str) or not fact["says"].strip():
+            return f"[{i}].says must say, in words, what the pattern shows the tree has"
+        problem = _check_regex(fact.get("pattern"))
+        if problem:
+            return f"[{i}].pattern {problem}"
     return None
 
 
@@ -307,6 +331,8 @@ def _lint_step(step: dict[str, Any], where: str, binaries: set[str], add) -> Non
             add(f"{where}.{key}", f"a time must be above 0 seconds (got {step[key]})")
     if step["kind"] != "backend-ops" and "min_cases" in step:
         add(f"{where}.min_cases", "only backend-ops steps count cases")
+    if step["kind"] != "backend-ops" and "absent_when_unlisted" in step:
+        add(f"{where}.absent_when_unlisted", "only backend-ops steps list cases")
     if "sanitizer_options" in step and "sanitizer" not in step:
         add(f"{where}.sanitizer_options", "given without a sanitizer")
     known = set(schema.TEMPLATE_GLOBALS) | set(step.get("vars", {}))

@@ -128,6 +128,7 @@ def _build_step(s: dict[str, Any]) -> Step:
         sources=tuple(s.get("sources", ())),
         exercise_probe=s.get("exercise_probe"),
         cmake_options=tuple(s["cmake_options"]) if "cmake_options" in s else None,
+        absent_when_unlisted=s.get("absent_when_unlisted"),
     )
 
 

@@ -21,6 +21,7 @@ class Key:
     """One key of a section: its type, whether it is required, and its closed set if any."""
 
     type: str  # str | int | float | bool | date | list[str] | commits | regex | regexes | argv | argv-list | table | list[table]
+    #            | source-facts
     required: bool = False
     enum: tuple[str, ...] = ()
     doc: str = ""
@@ -132,6 +133,12 @@ APPLIES = Section(
         "ops": Key("list[str]", doc="Ops test-backend-ops must know."),
         "backend_ops_flags": Key("list[str]", doc="Options test-backend-ops must accept, e.g. --seed."),
         "server_flags": Key("list[str]", doc="Text llama-server's --help must contain, e.g. draft-mtp."),
+        "source_facts": Key("source-facts", doc="[[applies.source_facts]]: what the defect needs in the source, "
+                                                "each {files, pattern, says}: a regex (multi-line) that must match "
+                                                "in one of the files (either layout, llama.cpp's ggml/ or ggml's "
+                                                "root). None matching, or none of the files there, is "
+                                                "not-applicable, quoting `says` and where it was looked for; a "
+                                                "tree not at hand checks nothing (a note)."),
         "note": _s(),
     },
 )
@@ -208,7 +215,9 @@ STEP = Section(
         "sanitizer_options": Key("list[str]"),
         "kernel_filter": _s("compute-sanitizer --kernel-name value."),
         "print_limit": Key("int"),
-        "min_cases": Key("int", doc="backend-ops: fewer executed matching cases is not-applicable."),
+        "min_cases": Key("int", doc="backend-ops: fewer executed matching cases (default 1) is inconclusive, "
+                                    "never not-reproduced; not-applicable only when the affected range or a "
+                                    "source fact says the defect cannot be in the tree."),
         "expect": Key("regexes", doc="What a healthy run prints: proof the path executed (control). One regex, "
                                      "or an array of regexes that must all be seen (e.g. that the draft path ran "
                                      "and that the KV cache was in host memory)."),
@@ -223,6 +232,11 @@ STEP = Section(
                                           "tree, e.g. {GGML_CUDA_KVARN = \"ON\"}."),
         "sources": Key("list[str]", doc="compile: the translation units (paths in the source tree) whose objects "
                                         "are built; nothing else is."),
+        "absent_when_unlisted": _s("backend-ops: why the defect is one of this step's cases (D6: a claim about "
+                                   "test-backend-ops' quantized-K softcap cases): a program that lists no case "
+                                   "matching the step's params, in its own case format, cannot show it, so that is "
+                                   "not-applicable quoting this reason, instead of inconclusive. Cases listed but "
+                                   "refused, or fewer than min_cases executed, stay as without it."),
         "exercise_probe": _s("backend-ops: the entry's probe (a [[probes]] name) that adds the cases this step "
                              "needs to a tree whose test-backend-ops lacks them; a verdict that finds no case "
                              "inside an affected range names it."),

@@ -49,6 +49,7 @@ class Applies(_Table):
     ops: tuple[str, ...] = ()
     backend_ops_flags: tuple[str, ...] = ()
     server_flags: tuple[str, ...] = ()
+    source_facts: tuple[Mapping[str, Any], ...] = ()   # {files, pattern, says}: see schema.APPLIES
 
 
 @dataclass(frozen=True)

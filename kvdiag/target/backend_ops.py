@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag.errors import UsageError
+from kvdiag.parse.case_format import CaseFormat, kv_types_in
 from kvdiag.proc.runner import run_command
 
 PROBE_TIMEOUT_S = 30.0
@@ -33,6 +34,13 @@ class BackendOpsInfo:
     ops: tuple[str, ...]  # from --list-ops when it has it; () otherwise
     has_list_ops: bool = False
     notes: tuple[str, ...] = ()
+    kv_types: str | None = None   # how its cases name the K/V cache type (kvdiag.parse.case_format)
+
+    @property
+    def case_format(self) -> CaseFormat:
+        """The case format its strings show (read from the program itself, so any tree, any era)."""
+        return CaseFormat(self.kv_types, f"the field names in {self.path.name}'s strings" if self.kv_types
+                          else f"neither type_KV= nor type_K=/type_V= in {self.path.name}'s strings")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +52,7 @@ class BackendOpsInfo:
             "modes": list(self.modes),
             "ops": list(self.ops),
             "notes": list(self.notes),
+            "kv_types": self.kv_types,
             "help_text": self.help_text,
         }
 
@@ -53,7 +62,8 @@ class BackendOpsInfo:
         return cls(path=Path(data["path"]), help_text=str(data["help_text"]), has_seed=bool(data["has_seed"]),
                    has_test_file=bool(data["has_test_file"]), has_parallel_jobs=bool(data["has_parallel_jobs"]),
                    modes=tuple(str(m) for m in data["modes"]), ops=tuple(str(o) for o in data["ops"]),
-                   has_list_ops=bool(data["has_list_ops"]), notes=tuple(str(n) for n in data["notes"]))
+                   has_list_ops=bool(data["has_list_ops"]), notes=tuple(str(n) for n in data["notes"]),
+                   kv_types=data["kv_types"] if "kv_types" in data else program_kv_types(Path(data["path"])))
 
 
 _OP_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -140,4 +150,17 @@ def probe_backend_ops(binary: Path, *, log_dir: Path) -> BackendOpsInfo:
         ops=ops,
         has_list_ops=has_list_ops,
         notes=tuple(notes),
+        kv_types=program_kv_types(binary),
     )
+
+
+def program_kv_types(binary: Path) -> str | None:
+    """The K/V type field names compiled into the program (its ``vars()`` strings): which era's case
+    format it prints, read without running it or reading its source. None when unreadable."""
+    import mmap
+
+    try:
+        with open(binary, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return kv_types_in(data)
+    except (OSError, ValueError):
+        return None

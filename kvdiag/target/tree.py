@@ -252,6 +252,30 @@ class Tree:
             return Answer(FOUND, elsewhere[0])
         return Answer(ABSENT, f"{name} not in {', '.join(files) or 'the tree'}", tuple(elsewhere[:5]))
 
+    def pattern(self, files: tuple[str, ...], pattern: str) -> Answer:
+        """A regex over named files (either layout): found with the first matching line quoted, absent
+        saying which files were read and which are not in the tree, unknown without a source tree."""
+        if self.source is None:
+            return Answer(UNKNOWN, "no source tree given")
+        regex = re.compile(pattern, re.M)
+        read, missing = [], []
+        for rel in files:
+            path = self.path(rel)
+            if path is None or not path.is_file():
+                missing.append(rel)
+                continue
+            text = self._code(path)
+            m = regex.search(text)
+            where = str(path.relative_to(self.source))
+            if m is not None:
+                line = text.count("\n", 0, m.start()) + 1
+                quoted = text[text.rfind("\n", 0, m.start()) + 1:].split("\n", 1)[0].strip()
+                return Answer(FOUND, f"{where}:{line}: {quoted}")
+            read.append(where)
+        said = [f"no line of {', '.join(read)} matches /{pattern}/"] if read else []
+        said += [f"no {', '.join(missing)} in the tree"] if missing else []
+        return Answer(ABSENT, "; ".join(said))
+
     def text(self, needle: str) -> Answer:
         """Literal text anywhere in the tree's code (e.g. a command-line flag)."""
         if self.source is None:

@@ -259,3 +259,23 @@ def test_every_case_refused_inside_an_affected_range_is_inconclusive(kv, history
             assert o.verdict is Verdict.NOT_APPLICABLE
             assert o.reason == (f"all 16 matching case(s) are not supported by this backend; fixed by range "
                                 f"({short(c['fix'])} is an ancestor of {short(c['b10497'])})")
+
+
+def test_a_scan_whose_every_case_is_refused_inside_a_range_is_inconclusive_as_run_is(kv, history, monkeypatch):
+    """`kvdiag scan` answered not-applicable here while `kvdiag run` said inconclusive: one answer per entry."""
+    from engine_helpers import fake_gpu
+    from kvdiag.engine.scan_session import run_scan
+    from kvdiag.errors import ScanNotRun
+
+    repo, c = history
+    entry = staged_d11(kv, c["fix"])
+    monkeypatch.setattr("kvdiag.target.host.fingerprint_gpu", lambda **kw: fake_gpu())
+    for tag, wanted in (("b9584", "inconclusive"), ("b10497", "not-applicable")):
+        repo.checkout(tag)
+        build = build_on(kv, repo.path, f16_cases=True)
+        (build / "supports-f32-only").write_text("")
+        ran = run(kv, entry, build).outcome
+        with pytest.raises(ScanNotRun) as caught:
+            run_scan(entry, build, jobs=1, op="CONCAT", params="type=f16", limit=None, sanitizer=None)
+        assert (caught.value.verdict, ran.verdict.value) == (wanted, wanted)
+        assert "all 16 matching case(s) are not supported by this backend" in str(caught.value)

@@ -64,3 +64,22 @@ def test_an_unplaced_site_says_so_and_labels_the_recorded_lines_as_other_trees(d
     assert (f"- site: {GUARD} in `src/ggml-cuda/fattn-mma-f16.cuh`, not placed in this build's tree; recorded in "
             "other trees: 1538 at d99724f2, 1607 at 775450a68, 1538 at 749f688fc") in where
     assert "- file: `ggml/src/ggml-cuda/fattn-mma-f16.cuh`" in where
+
+
+def test_a_run_that_confirmed_nothing_places_the_site_as_registry_verify_does(d2, tmp_path):
+    """The issue's tarball: no .git (no commit, so no recorded line), D2 not confirmed there, and the report
+    said "not placed in this build's tree" while `kvdiag registry verify` placed it. The run now keeps the
+    placement by context (engine.site_check.place_in_tree) whatever its verdict."""
+    from kvdiag.engine.site_check import place_in_tree
+    from kvdiag.engine.verdict import Verdict
+    from kvdiag.registry.verify import verify_entry
+
+    source, build = stand_in(listing("llama-b9084-facts.json"), tmp_path)
+    tree = Tree.open(source, build, commit=None)
+    verified = verify_entry(d2, tree).sites[0].placement
+    outcome = dataclasses.replace(d2_outcome(), verdict=Verdict.INCONCLUSIVE, extra={"site": place_in_tree(d2, tree)})
+    where = _where(d2, _llama_build("0123456789ab"), outcome)
+    assert verified.line is not None
+    assert (f"- site: `{verified.file}:{verified.line}` in this build's tree ({GUARD}, found by its "
+            f"context)") in where
+    assert "not placed" not in where

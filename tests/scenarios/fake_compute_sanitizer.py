@@ -13,7 +13,8 @@ the installed copy, else `recorded` when $FAKE_SANITIZER_LOGS is set, else `foll
 
 follow      run PROGRAM with a channel file in its environment; write to F the banner,
             whatever findings the program put in the channel, and the summary lines
-            (`ERROR SUMMARY: 0 errors` when the channel brought none). Exit like the real
+            (`ERROR SUMMARY: 0 errors` when the channel brought none; a racecheck summary
+            the program handed over is the only one, as racecheck prints). Exit like the real
             tool: the program's status when it failed (the signal number when it died by
             one, as recorded), N when it succeeded but errors were reported, else 0.
 no-summary  run PROGRAM, write the banner and the channel's findings without any summary
@@ -183,10 +184,10 @@ lines = [banner, seen]
 if rc != 0 and "process didn't terminate successfully" not in seen:
     lines.append(f"{MARKER} Error: process didn't terminate successfully\n")
     lines.append(f"{MARKER} Target application returned an error\n")
-if "ERROR SUMMARY" not in seen:
+if "ERROR SUMMARY" not in seen and "RACECHECK SUMMARY" not in seen:   # racecheck's is its only summary
     lines.append(f"{MARKER} ERROR SUMMARY: 0 errors\n")
 log_file.write_text("".join(lines))
-m = re.search(r"ERROR SUMMARY: (\d+) error", seen)
+m = re.search(r"ERROR SUMMARY: (\d+) error", seen) or re.search(r"RACECHECK SUMMARY: .*\((\d+) errors?,", seen)
 errors = int(m.group(1)) if m else 0
 if rc < 0:
     sys.exit(-rc)
