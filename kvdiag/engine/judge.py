@@ -39,6 +39,7 @@ from kvdiag.engine.presence import refused_everywhere, unexercised, with_range
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.launches import distinct_kernels
 from kvdiag.parse.sanitizer import instantiations, site_label
+from kvdiag.parse.text import cut_note
 from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
 from kvdiag.records.ranges import RangeEvidence
 from kvdiag.registry.entry import Entry, Matcher
@@ -64,6 +65,8 @@ def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gat
     if verdict is Verdict.NOT_REPRODUCED and obs.step.sanitizer:
         verdict, reason, proof = _launch_gate(entry, obs, reason, launch, presence)
     evidence = extract_evidence(obs, matches)
+    if obs.lines_cut:
+        reason, evidence = f"{reason}; {cut_note(obs.lines_cut)}", replace(evidence, lines_cut=obs.lines_cut)
     if obs.launch_listed or proof:
         evidence = replace(evidence, launched=distinct_kernels(obs.launches), launch_proof=proof,
                            launch_listing="launch probe" if obs.launch_listed else None)

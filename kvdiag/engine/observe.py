@@ -15,7 +15,7 @@ from kvdiag.parse.backend_ops import BackendOpsReport, parse_backend_ops
 from kvdiag.parse.case_segments import CaseSegment, CaseSplit, segment_text
 from kvdiag.parse.launches import Launch, parse_launches
 from kvdiag.parse.sanitizer import MARKER, SanitizerReport, fold_sites, parse_sanitizer
-from kvdiag.parse.text import strip_ansi
+from kvdiag.parse.text import cut_long_lines, strip_ansi
 from kvdiag.registry.entry import Step
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class Observations:
     comparison: Callable[[], ArmReading] | None = None
     launches: tuple[Launch, ...] = ()        # the launch probe's lines (kvdiag.parse.launches)
     launch_listed: bool = False              # the program printed its launches (the probe's build, asked to)
+    lines_cut: int = 0                       # lines over kvdiag.parse.text.LINE_LIMIT, cut before judging
 
     @property
     def last(self):
@@ -77,11 +78,12 @@ class Observations:
 
 def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
             budget_s: float | None = None, launch_listed: bool = False) -> Observations:
-    """Read and parse the logs of an attempt's commands."""
-    stdout = strip_ansi("".join(r.stdout_text() for r in results))   # matchers see the printed words,
-    stderr = strip_ansi("".join(r.stderr_text() for r in results))   # as in the combined stream
-    combined = strip_ansi("".join(r.combined_text() for r in results))
-    sanitizer_text = "".join(p.read_text(errors="replace") for p in sanitizer_logs if p.exists())
+    """Read and parse the logs of an attempt's commands, each line cut to LINE_LIMIT (parse.text)."""
+    stdout = cut_long_lines(strip_ansi("".join(r.stdout_text() for r in results)))[0]  # matchers see the printed
+    stderr = cut_long_lines(strip_ansi("".join(r.stderr_text() for r in results)))[0]  # words, as in combined
+    combined, cut = cut_long_lines(strip_ansi("".join(r.combined_text() for r in results)))
+    sanitizer_text, cut_sanitizer = cut_long_lines(
+        "".join(p.read_text(errors="replace") for p in sanitizer_logs if p.exists()))
     sanitizer = parse_sanitizer(sanitizer_text, tool=step.sanitizer) if step.sanitizer else None
     backend = parse_backend_ops(stdout) if step.kind == "backend-ops" else None
     return Observations(
@@ -89,6 +91,7 @@ def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
         sanitizer_text=sanitizer_text, sanitizer=sanitizer, backend_ops=backend,
         aborts=tuple(parse_aborts(combined)), budget_s=budget_s,
         launches=parse_launches(stdout) if launch_listed else (), launch_listed=launch_listed,
+        lines_cut=cut + cut_sanitizer,
     )
 
 
