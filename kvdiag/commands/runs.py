@@ -55,7 +55,9 @@ def run_and_show(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
         else:
             show_outcome(progress, outcome, entry, run_dir, fmt)
 
-    with progress_display(quiet or fmt != "text") as progress:
+    from kvdiag.proc.limit import child_time_limit
+
+    with progress_display(quiet or fmt != "text") as progress, child_time_limit(step_budget):
         outcomes = run_verdicts(entries, build_dir, step=step, runs=runs, overrides=overrides, sanitizer=sanitizer,
                                 check_staleness=check_staleness, progress=progress, step_budget=step_budget,
                                 on_outcome=on_outcome)

@@ -43,6 +43,10 @@ from kvdiag.target.tree import Tree
 GateProvider = Callable[[str | None], Gate]
 
 
+#: after Ctrl-C an attempt's output is judged from its last characters only: within a second (issue 43)
+INTERRUPTED_TAIL = 1_000_000
+
+
 class RunInterrupted(Exception):
     """Ctrl-C during a run; carries the outcome recorded so far."""
 
@@ -327,7 +331,7 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
                                          cancel=options.cancel)
                 except CommandInterrupted as exc:
                     results.append(exc.result)
-                    obs = observe(step, results, sanitizer_logs, budget, launch_listed(planned))
+                    obs = observe(step, results, sanitizer_logs, budget, launch_listed(planned), INTERRUPTED_TAIL)
                     raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                                      time.monotonic() - started, str(run_dir.logs))) from None
                 except CommandNotFound as exc:
@@ -372,7 +376,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
                 requests=completion_requests({**step.vars, **options.overrides}),
                 on_output=progress.line, cancel=options.cancel, wrapped=invocation is not None)
     except CommandInterrupted as exc:
-        obs = observe(step, [exc.result], sanitizer_logs)
+        obs = observe(step, [exc.result], sanitizer_logs, tail_only=INTERRUPTED_TAIL)
         raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                          time.monotonic() - started, str(run_dir.logs))) from None
     except CommandNotFound as exc:

@@ -67,6 +67,8 @@ def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gat
     evidence = extract_evidence(obs, matches)
     if obs.lines_cut:
         reason, evidence = f"{reason}; {cut_note(obs.lines_cut)}", replace(evidence, lines_cut=obs.lines_cut)
+    if obs.tail_only:
+        reason += f"; only the last {obs.tail_only // 1_000_000} MB of each output was judged after the interruption"
     if obs.launch_listed or proof:
         evidence = replace(evidence, launched=distinct_kernels(obs.launches), launch_proof=proof,
                            launch_listing="launch probe" if obs.launch_listed else None)

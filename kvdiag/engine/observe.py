@@ -58,6 +58,7 @@ class Observations:
     launches: tuple[Launch, ...] = ()        # the launch probe's lines (kvdiag.parse.launches)
     launch_listed: bool = False              # the program printed its launches (the probe's build, asked to)
     lines_cut: int = 0                       # lines over kvdiag.parse.text.LINE_LIMIT, cut before judging
+    tail_only: int | None = None             # only this many characters at each stream's end were judged
 
     @property
     def last(self):
@@ -77,13 +78,21 @@ class Observations:
 
 
 def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
-            budget_s: float | None = None, launch_listed: bool = False) -> Observations:
-    """Read and parse the logs of an attempt's commands, each line cut to LINE_LIMIT (parse.text)."""
-    stdout = cut_long_lines(strip_ansi("".join(r.stdout_text() for r in results)))[0]  # matchers see the printed
-    stderr = cut_long_lines(strip_ansi("".join(r.stderr_text() for r in results)))[0]  # words, as in combined
-    combined, cut = cut_long_lines(strip_ansi("".join(r.combined_text() for r in results)))
-    sanitizer_text, cut_sanitizer = cut_long_lines(
-        "".join(p.read_text(errors="replace") for p in sanitizer_logs if p.exists()))
+            budget_s: float | None = None, launch_listed: bool = False, tail_only: int | None = None) -> Observations:
+    """Read and parse the logs of an attempt's commands, each line cut to LINE_LIMIT (parse.text).
+
+    ``tail_only``: read only the last that many characters of each stream, from a line's start (an
+    attempt stopped by Ctrl-C is judged at once, not after a pass over gigabytes, issue 43)."""
+    def read(text: str) -> tuple[str, int]:
+        if tail_only is not None and len(text) > tail_only:
+            text = text[-tail_only:].partition("\n")[2]
+        return cut_long_lines(text)
+
+    stdout = read(strip_ansi("".join(r.stdout_text() for r in results)))[0]   # matchers see the printed words,
+    stderr = read(strip_ansi("".join(r.stderr_text() for r in results)))[0]   # as in the combined stream
+    combined, cut = read(strip_ansi("".join(r.combined_text() for r in results)))
+    sanitizer_text, cut_sanitizer = read("".join(p.read_text(errors="replace") for p in sanitizer_logs
+                                                 if p.exists()))
     sanitizer = parse_sanitizer(sanitizer_text, tool=step.sanitizer) if step.sanitizer else None
     backend = parse_backend_ops(stdout) if step.kind == "backend-ops" else None
     return Observations(
@@ -91,7 +100,7 @@ def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
         sanitizer_text=sanitizer_text, sanitizer=sanitizer, backend_ops=backend,
         aborts=tuple(parse_aborts(combined)), budget_s=budget_s,
         launches=parse_launches(stdout) if launch_listed else (), launch_listed=launch_listed,
-        lines_cut=cut + cut_sanitizer,
+        lines_cut=cut + cut_sanitizer, tail_only=tail_only,
     )
 
 
