@@ -48,8 +48,10 @@ def run_and_show(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
 
     as_array = fmt == "json" and len(entries) != 1
     decided: list[dict[str, Any]] = []
+    run_dirs: list[Path] = []
 
     def on_outcome(outcome: Outcome, entry: Entry, run_dir: Path) -> None:
+        run_dirs.append(run_dir)
         if as_array:
             decided.append({**outcome.to_dict(), "run_dir": str(run_dir)})
         else:
@@ -63,7 +65,24 @@ def run_and_show(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
                                 on_outcome=on_outcome)
         if as_array:
             echo(progress, json.dumps(decided, indent=2, default=str))
+    _record_in_history(run_dirs)
     return outcomes
+
+
+def _record_in_history(run_dirs: Sequence[Path]) -> None:
+    """Add the runs' verdicts to the history now, saying so when they cannot be (a damaged
+    history.sqlite, a full disk): a run whose verdict missed the history said nothing (issue 43).
+    The run store keeps them either way; `kvdiag history` adds them once it can."""
+    from kvdiag.errors import KvdiagError
+    from kvdiag.store.history import sync_run_store
+
+    if not run_dirs:
+        return
+    try:
+        sync_run_store(only={p.name for p in run_dirs})
+    except KvdiagError as exc:
+        click.echo(f"kvdiag: warning: the verdict is saved in the run store but not recorded in the history: {exc}",
+                   err=True)
 
 
 def scan_and_show(entry: Entry, build_dir: Path, *, fmt: str, save: Path | None = None, **options: Any):
