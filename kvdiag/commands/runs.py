@@ -8,6 +8,7 @@ terminal, plain lines elsewhere, nothing with --quiet or a JSON format).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -16,6 +17,7 @@ import click
 from kvdiag.commands.progress import TerminalProgress, progress_display
 from kvdiag.engine.scan_session import ScanNotRun
 from kvdiag.engine.verdict import Outcome
+from kvdiag.errors import UsageError
 from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
 
@@ -115,6 +117,11 @@ def drift_and_show(entry: Entry | None, build_dir: Path, *, op: str, params: str
     """`kvdiag drift`: the per-case table and the verdict; returns the verdict."""
     from kvdiag.engine.drift_session import run_drift_session
     from kvdiag.errors import ScanNotRun
+
+    try:
+        re.compile(params)
+    except re.error as exc:             # issue 43: '(' was accepted and reported "/(/: 0 case(s)"
+        raise UsageError(f"--params {params!r}: not a regular expression ({exc})") from None
 
     try:
         with progress_display(fmt != "text") as progress:
