@@ -85,18 +85,19 @@ def test_bad_source_and_commit_are_usage_errors(source: Path, log_dir: Path, tmp
 def test_worktree_is_removed_on_ctrl_c(source: Path, log_dir: Path):
     before = user_state(source)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    child = subprocess.Popen([sys.executable, str(SCENARIOS / "holds_worktree.py"), str(source), str(log_dir)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        path = Path(child.stdout.readline().strip())
-        assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        assert (path / "scratch-output.txt").is_file() and str(path) in worktrees(source)
-        child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    # the scenario resets SIGINT itself (under nohup it starts ignored); `with` closes its pipes
+    with subprocess.Popen([sys.executable, str(SCENARIOS / "holds_worktree.py"), str(source), str(log_dir)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as child:
+        try:
+            path = Path(child.stdout.readline().strip())
+            assert child.stdout.readline().strip() == "ready", child.stderr.read()
+            assert (path / "scratch-output.txt").is_file() and str(path) in worktrees(source)
+            child.send_signal(signal.SIGINT)
+            out, err = child.communicate(timeout=30)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
     assert child.returncode == 130, err
     assert "interrupted" in out
     assert not path.exists() and not path.parent.exists()
