@@ -70,7 +70,7 @@ def dispatch(group: click.Group, args: list[str]) -> tuple[int, str]:
         return exc.exit_code, ""
     except click.ClickException as exc:     # one line, as every refusal (issue 43: click printed three)
         ctx = getattr(exc, "ctx", None)
-        see = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        see = f" (see '{ctx.command_path if ctx is not None else 'kvdiag'} --help')"
         return _say(f"{exc.format_message()}{see}", ExitCode.USAGE)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__context__, EOFError):   # click turns EOFError (a truncated .gz) into Abort
