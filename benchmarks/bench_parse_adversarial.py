@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,28 +42,30 @@ ORDINARY = (
 )
 
 
+@dataclass
 class Printed:
     """A finished process that printed ``text`` on stdout and exited 0, as the observer reads one."""
 
-    def __init__(self, text: str):
-        self.text, self.returncode, self.signal = text, 0, None
-        self.timed_out = self.interrupted = False
-        self.ok = True
+    text: str
+    returncode: int = 0
+    signal: int | None = None
+    timed_out: bool = False
+    interrupted: bool = False
+    ok: bool = True
 
     def stdout_text(self) -> str:
         return self.text
 
+    combined_text = stdout_text
+
     def stderr_text(self) -> str:
         return ""
 
-    def combined_text(self) -> str:
-        return self.text
-
     def describe(self) -> str:
-        return "exit 0"
+        return f"exit {self.returncode}"
 
     def to_dict(self) -> dict:
-        return {"returncode": 0}
+        return {"returncode": self.returncode}
 
 
 def outputs(size: int) -> dict[str, str]:
