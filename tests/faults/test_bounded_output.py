@@ -54,7 +54,7 @@ def test_analyze_reads_a_200_kb_line_at_once_and_says_it_was_cut(kv: Faults):
     ordinary = kv.root / "ordinary.log"
     ordinary.write_text("========= Barrier error detected. Divergent thread(s) in warp\n" * 3300)
     hostile = kv.root / "hostile.log"
-    hostile.write_text("========= " + "x" * 200_000 + "\n")
+    hostile.write_text("========= COMPUTE-SANITIZER\n" + "x" * 200_000 + "\n")
     started = time.monotonic()
     assert kv.cli("analyze", ordinary)[0] == 0
     baseline = time.monotonic() - started
