@@ -68,7 +68,7 @@ def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gat
     if obs.lines_cut:
         reason, evidence = f"{reason}; {cut_note(obs.lines_cut)}", replace(evidence, lines_cut=obs.lines_cut)
     if obs.tail_only:
-        reason += f"; only the last {obs.tail_only // 1_000_000} MB of each output was judged after the interruption"
+        reason += f"; only the last {obs.tail_only // 1_000_000} MB of each output was judged {obs.tail_why}"
     if obs.launch_listed or proof:
         evidence = replace(evidence, launched=distinct_kernels(obs.launches), launch_proof=proof,
                            launch_listing="launch probe" if obs.launch_listed else None)

@@ -6,17 +6,23 @@ processes ran), so what is judged is exactly what a user finds on disk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kvdiag.parse.aborts import AbortInfo, parse_aborts
+from kvdiag.parse.deadline import OutOfTime, time_limit
 from kvdiag.parse.backend_ops import BackendOpsReport, parse_backend_ops
 from kvdiag.parse.case_segments import CaseSegment, CaseSplit, segment_text
 from kvdiag.parse.launches import Launch, parse_launches
 from kvdiag.parse.sanitizer import MARKER, SanitizerReport, fold_sites, parse_sanitizer
 from kvdiag.parse.text import cut_long_lines, strip_ansi
+from kvdiag.proc.limit import bounded
 from kvdiag.registry.entry import Step
+
+#: what is judged of each output when all of it cannot be: after Ctrl-C, or past `run --timeout`
+JUDGED_TAIL = 1_000_000
 
 @dataclass(frozen=True)
 class ArmReading:
@@ -59,6 +65,7 @@ class Observations:
     launch_listed: bool = False              # the program printed its launches (the probe's build, asked to)
     lines_cut: int = 0                       # lines over kvdiag.parse.text.LINE_LIMIT, cut before judging
     tail_only: int | None = None             # only this many characters at each stream's end were judged
+    tail_why: str = "after the interruption"
 
     @property
     def last(self):
@@ -82,7 +89,22 @@ def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
     """Read and parse the logs of an attempt's commands, each line cut to LINE_LIMIT (parse.text).
 
     ``tail_only``: read only the last that many characters of each stream, from a line's start (an
-    attempt stopped by Ctrl-C is judged at once, not after a pass over gigabytes, issue 43)."""
+    attempt stopped by Ctrl-C is judged at once, not after a pass over gigabytes, issue 43). Under a
+    ceiling on the run's children (`run --timeout`, kvdiag.proc.limit) the reading gets as long:
+    past it, only the last JUDGED_TAIL characters are read, and the verdict says so."""
+    limit = bounded(math.inf)
+    if tail_only is not None or not math.isfinite(limit):
+        return _observe(step, results, sanitizer_logs, budget_s, launch_listed, tail_only)
+    try:
+        with time_limit(limit):
+            return _observe(step, results, sanitizer_logs, budget_s, launch_listed, None)
+    except OutOfTime:
+        return replace(_observe(step, results, sanitizer_logs, budget_s, launch_listed, JUDGED_TAIL),
+                       tail_why=f"(reading all of it passed the --timeout of {limit:g} s)")
+
+
+def _observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path], budget_s: float | None,
+             launch_listed: bool, tail_only: int | None) -> Observations:
     def read(text: str) -> tuple[str, int]:
         if tail_only is not None and len(text) > tail_only:
             text = text[-tail_only:].partition("\n")[2]

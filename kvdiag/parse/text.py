@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from kvdiag.parse.deadline import checked
 from kvdiag.text import first_line, strip_ansi
 
 __all__ = ["LINE_LIMIT", "clean_line", "cut_long_lines", "cut_note", "dataclass_dict", "first_line", "iter_lines",
@@ -42,14 +43,15 @@ def iter_lines(source: str | Iterable[str]) -> Iterator[str]:
     """Yield cleaned lines from a whole text or from an iterable of lines.
 
     Accepting both lets callers hand over an open file (streaming, constant
-    memory) or a string they already hold, through the same code path.
+    memory) or a string they already hold, through the same code path. The
+    judging's deadline (kvdiag.parse.deadline) is looked at as the lines go.
     """
     if isinstance(source, str):
         if "\r" not in source and "\x1b" not in source:
-            yield from cut_long_lines(source)[0].split("\n")   # already clean: each line as clean_line gives it
+            yield from checked(cut_long_lines(source)[0].split("\n"))  # already clean, as clean_line gives it
             return
         source = source.split("\n")
-    for line in source:
+    for line in checked(source):
         yield clean_line(line)
 
 

@@ -85,6 +85,22 @@ def test_run_timeout_bounds_the_enumeration_as_well_as_the_step(kv: Faults, monk
     assert_all_gone(pids_of(build))
 
 
+def test_run_timeout_bounds_the_reading_of_what_the_step_printed(kv: Faults, monkeypatch):
+    """A step may print more within its --timeout than can be read within it: past the timeout the
+    verdict rests on the output's last megabyte, and says so."""
+    _on_a_gpu_host(kv, monkeypatch)
+    build = kv.build("prints_hostile_output.sh")
+    monkeypatch.setenv("KVDIAG_TEST_SHAPE", "ordinary")
+    monkeypatch.setenv("KVDIAG_TEST_BYTES", "150000000")
+    started = time.monotonic()
+    code, out, err = kv.cli("run", "D1", "--build", build, "--no-staleness", "--timeout", "2", "--format", "json")
+    spent = time.monotonic() - started
+    assert code in (0, 4), (code, err)
+    reason = json.loads(out)["attempts"][0]["reason"]
+    assert "only the last 1 MB of each output was judged (reading all of it passed the --timeout of 2 s)" in reason
+    assert spent < 2 * 2 + 8, f"{spent:.1f} s for a run whose step and reading may take 2 s each"
+
+
 def test_ctrl_c_during_a_step_with_40_mb_of_output_ends_within_a_second(kv: Faults):
     build = kv.build("prints_forty_megabytes_then_waits.sh")
     proc = kv.spawn("run", "D1", "--build", build, "--no-staleness", env=kv.one_gpu())

@@ -117,3 +117,17 @@ def test_a_line_past_the_limit_is_cut_to_it_and_counted():
     assert cut_long_lines("short\ntext") == ("short\ntext", 0)
     assert clean_line("\x1b[1m" + "z" * (LINE_LIMIT + 1) + "\n") == "z" * LINE_LIMIT
     assert [len(line) for line in iter_lines("x" * (LINE_LIMIT * 2))] == [LINE_LIMIT]
+
+
+def test_a_parser_past_the_judgings_deadline_stops_and_says_so():
+    from kvdiag.parse.deadline import CHECK_EVERY, OutOfTime, time_limit
+
+    text = "  FLASH_ATTN_EXT(hsk=64): OK\n" * (CHECK_EVERY * 3)
+    with time_limit(0.0):
+        with pytest.raises(OutOfTime):
+            parse_backend_ops(text)
+        with time_limit(60.0):
+            assert len(parse_backend_ops(text).cases) == CHECK_EVERY * 3
+        with pytest.raises(OutOfTime):
+            parse_aborts(text)
+    assert len(parse_backend_ops(text).cases) == CHECK_EVERY * 3      # no deadline outside the block
