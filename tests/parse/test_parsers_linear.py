@@ -103,6 +103,18 @@ def test_a_parser_reads_hostile_text_within_a_bound_of_ordinary_text(parser, sha
         f"{parser}: {spent * 1000:.1f} ms for {shape} {made!r}, {baseline * 1000:.1f} ms for ordinary text")
 
 
+@pytest.mark.parametrize("parser", sorted(PARSERS))
+@pytest.mark.parametrize("made", ["x", "([<{" , "\x00\xff\ufffd", "=========     at f+0x1 in a:1 "],
+                         ids=["spaceless", "deeply-nested", "binary", "marker-led"])
+def test_a_two_megabyte_line_costs_no_more_than_two_megabytes_of_ordinary_lines(parser, made):
+    parse = PARSERS[parser]
+    size = 2_000_000
+    ordinary = (ORDINARY * (size // len(ORDINARY) + 1))[:size]
+    hostile = (made * (size // len(made) + 1))[:size]
+    baseline = best_of(parse, ordinary, times=1)
+    assert best_of(parse, hostile, times=1) <= 2 * baseline + SLACK_S
+
+
 def test_a_ten_megabyte_line_costs_no_more_than_ten_megabytes_of_ordinary_lines():
     ordinary = (ORDINARY * (10_000_000 // len(ORDINARY) + 1))[:10_000_000]
     baseline = best_of(parse_backend_ops, ordinary, times=1)
