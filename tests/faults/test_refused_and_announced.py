@@ -166,6 +166,18 @@ def test_an_output_into_missing_folders_says_which_folder_it_made(kv: Faults):
     assert code == 0 and f"kvdiag: wrote {out_path} (made folder {kv.root / 'newdir'})" in err, err
 
 
+def test_synth_through_a_symlink_says_so_as_render_does(kv: Faults):
+    real = kv.root / "models" / "real.gguf"
+    real.parent.mkdir()
+    real.write_bytes(b"")
+    link = kv.root / "tiny.gguf"
+    link.symlink_to(real)
+    code, out, err = kv.cli("model", "synth", "--head-dim", "64", "--n-head", "2", "--n-head-kv", "2",
+                            "--n-layer", "1", "--n-embd", "128", "--n-ff", "128", "-o", link)
+    assert code == 0, err
+    assert out.startswith(f"wrote {real} (through symlink {link})") and link.is_symlink() and real.stat().st_size
+
+
 def test_drift_refuses_a_params_that_is_no_regex(kv: Faults):
     code, out, err = kv.cli("drift", "--build", kv.build("throws_healthily.sh"), "--op", "FLASH_ATTN_EXT",
                             "--params", "(")
