@@ -17,7 +17,7 @@ import click
 from kvdiag.commands.progress import TerminalProgress, progress_display
 from kvdiag.engine.scan_session import ScanNotRun
 from kvdiag.engine.verdict import Outcome
-from kvdiag.errors import UsageError
+from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
 
@@ -75,7 +75,6 @@ def _record_in_history(run_dirs: Sequence[Path]) -> None:
     """Add the runs' verdicts to the history now, saying so when they cannot be (a damaged
     history.sqlite, a full disk): a run whose verdict missed the history said nothing (issue 43).
     The run store keeps them either way; `kvdiag history` adds them once it can."""
-    from kvdiag.errors import KvdiagError
     from kvdiag.store.history import sync_run_store
 
     if not run_dirs:
