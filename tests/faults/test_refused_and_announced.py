@@ -216,4 +216,3 @@ def test_the_worktree_ctrl_c_scenario_passes_with_sigint_ignored(kv: Faults):
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-
