@@ -68,9 +68,9 @@ def cut_long_lines(text: str) -> tuple[str, int]:
     return "\n".join(line[:LINE_LIMIT] for line in lines), cut
 
 
-def cut_note(cut: int) -> str:
-    """What a verdict or an analysis says about the lines it cut."""
-    return (f"{cut} line(s) longer than {LINE_LIMIT} characters were cut to that length before judging "
+def cut_note(cut: int, before: str = "judging") -> str:
+    """What a verdict (or, ``before="reading"``, an analysis) says about the lines it cut."""
+    return (f"{cut} line(s) longer than {LINE_LIMIT} characters were cut to that length before {before} "
             "(the logs keep them whole)")
 
 

@@ -133,4 +133,4 @@ def render_analysis(path: Path, report: Any, cases: Any, insts: tuple[str, ...],
         }
         return json.dumps(data, indent=2, default=str) + "\n"
     return render("analysis.txt.j2", path=path, r=report, cases=cases, insts=insts,
-                  cut=cut_note(lines_cut).replace("judging", "reading") if lines_cut else "")
+                  cut=cut_note(lines_cut, before="reading") if lines_cut else "")
