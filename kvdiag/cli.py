@@ -281,6 +281,9 @@ def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, timeout, sanitizer, 
 
     if build_dir is not None and not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
+    from kvdiag.proc.slots import check_slots_setting
+
+    check_slots_setting()
     named = {e.id: e for e in (ctx.registry.get(i) for i in ids)}     # `run D2 d2` runs D2 once
     entries = list(named.values()) if ids else list(ctx.registry.require_entries())
     overrides = validated_sets(_parse_sets(sets), entries, step)
@@ -354,12 +357,14 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
     from kvdiag.commands.runs import ScanNotRun, scan_and_show
     from kvdiag.engine.scan import scan_exit_code
     from kvdiag.fileio import prepare_output
+    from kvdiag.proc.slots import check_slots_setting
     from kvdiag.shards import resolve_shard
 
     entry = ctx.registry.get(entry_id)
     if not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
     chosen = resolve_shard(shard, os.environ)
+    check_slots_setting()
     if save is not None:
         prepare_output(save)             # refuse a FIFO, a device or an unwritable place before the scan runs
     try:

@@ -100,13 +100,22 @@ def prepare_output(path: Path | str) -> Path:
     return target
 
 
+#: the first folder a write had to make on the way to each target, for written_as to say (issue 43:
+#: `-o newdir/sub/x.json` made newdir/sub without a word)
+_made_folders: dict[Path, Path] = {}
+
+
 def _with_folder(path: Path | str) -> Path:
     """:func:`output_target` of ``path``, with the folder it lands in made (a failure named by ``path``)."""
     target = output_target(path)
+    missing = next((p for p in reversed(target.parent.parents) if not p.exists()), None) \
+        or (None if target.parent.exists() else target.parent)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _fail(Path(path), exc) from None
+    if missing is not None:
+        _made_folders[target] = missing
     return target
 
 
@@ -172,12 +181,15 @@ def write_atomic(path: Path | str, data: bytes | str, encoding: str = "utf-8") -
 
 
 def written_as(given: Path | str, written: Path | str) -> str:
-    """How a command names a write: the file written, and the symlink it went through when
-    ``given`` was one (``/data/r.sarif (through symlink latest.sarif)``): the user asked for
-    the link, but what changed is the file behind it."""
+    """How every command names a write: the file written, the symlink it went through when
+    ``given`` was one (``/data/r.sarif (through symlink latest.sarif)``: the user asked for the
+    link, but what changed is the file behind it), and the folder it made on the way, if any
+    (``out/x.json (made folder out)``)."""
+    made = _made_folders.pop(Path(written), None)
+    folder = f" (made folder {made})" if made is not None else ""
     if Path(given) == Path(written):
-        return str(given)
-    return f"{written} (through symlink {given})"
+        return f"{given}{folder}"
+    return f"{written} (through symlink {given}){folder}"
 
 
 def write_json(path: Path | str, data: Any) -> Path:

@@ -25,6 +25,11 @@ every job without ``parallel:``; that alone is not a shard. Missing or
 contradictory variables, or two engines that disagree, are a UsageError that
 names them.
 
+A shard count is at most ``MAX_SHARDS`` (100000, Kubernetes' own limit on an Indexed Job's
+completions; Slurm's default array size is 1001); a larger one, a ``SLURM_ARRAY_TASK_STEP`` of 0,
+or a number written with other than the ASCII digits 0-9 is a UsageError too (issue 43: an id
+and count of 10^23 made "a sweep of 0 entries" that exited 0).
+
 A scan's cases are dealt by name alone (`case_shard`): a case's shard never
 depends on the other cases the build lists, nor on the workers or batches.
 """
@@ -39,6 +44,7 @@ from typing import Mapping, Sequence
 from kvdiag.errors import UsageError
 
 AUTO = "auto"
+MAX_SHARDS = 100_000
 #: the one variable kvdiag defines: a Kubernetes Indexed Job's count, set in its manifest
 SHARD_COUNT_VARIABLE = "KVDIAG_SHARD_COUNT"
 SLURM_ID, SLURM_COUNT = "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"
@@ -75,12 +81,14 @@ class Shard:
 
 def parse_shard(text: str) -> tuple[int, int]:
     """``"2/4"`` -> (2, 4); a UsageError for anything that is not 1 <= i <= n."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    match = re.fullmatch(r"\s*([0-9]{1,12})\s*/\s*([0-9]{1,12})\s*", text or "")
     if not match:
         raise UsageError(f"a shard is written i/n (e.g. 2/4) or auto, got {text!r}")
     index, count = int(match.group(1)), int(match.group(2))
     if count < 1 or not 1 <= index <= count:
         raise UsageError(f"shard {text!r} is out of range: i/n needs 1 <= i <= n")
+    if count > MAX_SHARDS:
+        raise UsageError(f"shard {text!r} is out of range: at most {MAX_SHARDS} shards")
     return index, count
 
 
@@ -159,8 +167,10 @@ def _number(environ: Mapping[str, str], name: str) -> int | None:
     value = environ.get(name)
     if value is None or value.strip() == "":
         return None
-    if not value.strip().isdigit():
-        raise UsageError(f"--shard auto: {name}={value!r} is not a whole number")
+    if not re.fullmatch(r"[0-9]+", value.strip()):      # str.isdigit() also takes "٣" and "³"
+        raise UsageError(f"--shard auto: {name}={value!r} is not a whole number (digits 0-9)")
+    if len(value.strip()) > 12:
+        raise UsageError(f"--shard auto: {name}={value.strip()} is out of range (at most 12 digits)")
     return int(value)
 
 
@@ -169,9 +179,11 @@ def _present(environ: Mapping[str, str], names) -> dict[str, str]:
 
 
 def _shard(engine: str, index: int, count: int, variables: Mapping[str, str], how: str) -> Shard:
+    listed = ", ".join(f"{k}={v}" for k, v in variables.items())
     if count < 1 or not 1 <= index <= count:
-        listed = ", ".join(f"{k}={v}" for k, v in variables.items())
         raise UsageError(f"--shard auto: {listed} gives shard {index}/{count}, out of range ({how})")
+    if count > MAX_SHARDS:
+        raise UsageError(f"--shard auto: {listed} gives {count} shards, out of range (at most {MAX_SHARDS})")
     return Shard(index, count, engine, dict(variables))
 
 
@@ -183,6 +195,8 @@ def _slurm(environ: Mapping[str, str]) -> Shard | None:
     low, high, step = _number(environ, SLURM_MIN), _number(environ, SLURM_MAX), _number(environ, SLURM_STEP)
     if task is None:
         raise UsageError(f"--shard auto: {', '.join(seen)} set but {SLURM_ID} is not (not inside an array task?)")
+    if step == 0:
+        raise UsageError(f"--shard auto: {SLURM_STEP}=0: an array's ids step by 1 or more")
     step = step or 1
     start = 0 if low is None else low
     if high is not None:

@@ -13,6 +13,7 @@ never call our own process gone when it is not.
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 
@@ -57,3 +58,15 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool
             return True
         time.sleep(interval)
     return predicate()
+
+
+def interrupted_output(proc, timeout: float = 30.0) -> tuple:
+    """Ctrl-C to ``proc``, then its (stdout, stderr), its pipes closed; killed and reaped if it
+    outlives ``timeout``, so that no child of a test is left for a ResourceWarning to find."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

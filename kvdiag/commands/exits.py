@@ -68,9 +68,10 @@ def dispatch(group: click.Group, args: list[str]) -> tuple[int, str]:
         result = group.main(args=args, prog_name="kvdiag", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code, ""
-    except click.ClickException as exc:
-        exc.show()
-        return int(ExitCode.USAGE), exc.format_message()
+    except click.ClickException as exc:     # one line, as every refusal (issue 43: click printed three)
+        ctx = getattr(exc, "ctx", None)
+        see = f" (see '{ctx.command_path if ctx is not None else 'kvdiag'} --help')"
+        return _say(f"{exc.format_message()}{see}", ExitCode.USAGE)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__context__, EOFError):   # click turns EOFError (a truncated .gz) into Abort
             return _say(f"unexpected end of input: {exc.__context__ or 'the file is truncated'}", ExitCode.DATA)

@@ -16,7 +16,7 @@ import click
 from kvdiag.commands.options import GivenPath
 from kvdiag.errors import DataError, UsageError
 from kvdiag.exitcodes import ExitCode
-from kvdiag.fileio import read_json, write_atomic
+from kvdiag.fileio import read_json, write_atomic, written_as
 from kvdiag.registry.lint import lint_raw
 from kvdiag.registry.radius import RadiusWriteError, table_text, write_radius
 from kvdiag.registry.raw import FRONT_MATTER, RawEntry
@@ -78,7 +78,7 @@ def registry_radius(ctx, entry_id: str, scan_file: Path, repo: str | None, tree:
             click.echo(problem)
         click.echo(f"kvdiag: {entry.path.name} not written: the radius would not lint", err=True)
         return int(ExitCode.DATA)
-    write_atomic(entry.path, new)
+    written = write_atomic(entry.path, new)
     click.echo(table_text(table), nl=False)
-    click.echo(f"kvdiag: wrote the radius of {table['commit'][:12]} into {entry.path}", err=True)
+    click.echo(f"kvdiag: wrote the radius of {table['commit'][:12]} into {written_as(entry.path, written)}", err=True)
     return 0

@@ -8,6 +8,7 @@ terminal, plain lines elsewhere, nothing with --quiet or a JSON format).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -16,6 +17,7 @@ import click
 from kvdiag.commands.progress import TerminalProgress, progress_display
 from kvdiag.engine.scan_session import ScanNotRun
 from kvdiag.engine.verdict import Outcome
+from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
 
@@ -48,20 +50,40 @@ def run_and_show(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
 
     as_array = fmt == "json" and len(entries) != 1
     decided: list[dict[str, Any]] = []
+    run_dirs: list[Path] = []
 
     def on_outcome(outcome: Outcome, entry: Entry, run_dir: Path) -> None:
+        run_dirs.append(run_dir)
         if as_array:
             decided.append({**outcome.to_dict(), "run_dir": str(run_dir)})
         else:
             show_outcome(progress, outcome, entry, run_dir, fmt)
 
-    with progress_display(quiet or fmt != "text") as progress:
+    from kvdiag.proc.limit import child_time_limit
+
+    with progress_display(quiet or fmt != "text") as progress, child_time_limit(step_budget):
         outcomes = run_verdicts(entries, build_dir, step=step, runs=runs, overrides=overrides, sanitizer=sanitizer,
                                 check_staleness=check_staleness, progress=progress, step_budget=step_budget,
                                 on_outcome=on_outcome)
         if as_array:
             echo(progress, json.dumps(decided, indent=2, default=str))
+    _record_in_history(run_dirs)
     return outcomes
+
+
+def _record_in_history(run_dirs: Sequence[Path]) -> None:
+    """Add the runs' verdicts to the history now, saying so when they cannot be (a damaged
+    history.sqlite, a full disk): a run whose verdict missed the history said nothing (issue 43).
+    The run store keeps them either way; `kvdiag history` adds them once it can."""
+    from kvdiag.store.history import sync_run_store
+
+    if not run_dirs:
+        return
+    try:
+        sync_run_store(only={p.name for p in run_dirs})
+    except KvdiagError as exc:
+        click.echo(f"kvdiag: warning: the verdict is saved in the run store but not recorded in the history: {exc}",
+                   err=True)
 
 
 def scan_and_show(entry: Entry, build_dir: Path, *, fmt: str, save: Path | None = None, **options: Any):
@@ -94,6 +116,11 @@ def drift_and_show(entry: Entry | None, build_dir: Path, *, op: str, params: str
     """`kvdiag drift`: the per-case table and the verdict; returns the verdict."""
     from kvdiag.engine.drift_session import run_drift_session
     from kvdiag.errors import ScanNotRun
+
+    try:
+        re.compile(params)
+    except re.error as exc:             # issue 43: '(' was accepted and reported "/(/: 0 case(s)"
+        raise UsageError(f"--params {params!r}: not a regular expression ({exc})") from None
 
     try:
         with progress_display(fmt != "text") as progress:

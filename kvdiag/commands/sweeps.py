@@ -18,6 +18,7 @@ from kvdiag.engine.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
 from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, write_atomic, written_as
 from kvdiag.exitcodes import ExitCode
+from kvdiag.proc.slots import check_slots_setting
 from kvdiag.report.formats import SweepFormat, clip
 from kvdiag.shards import resolve_shard
 from kvdiag.store.sweeps import Sweep, load_sweep, save_sweep
@@ -89,6 +90,7 @@ def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer
     if not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
     chosen = resolve_shard(shard, os.environ)
+    check_slots_setting()
     for path in (output, save):
         if path is not None:
             output_target(path)          # refuse a FIFO or device before the sweep runs, not after

@@ -22,7 +22,7 @@ from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
 from kvdiag.engine.launch_program import PROGRAM, launch_listed, program_for, with_program
 from kvdiag.engine.launch_proof import LaunchContext
-from kvdiag.engine.observe import observe, observe_staleness
+from kvdiag.engine.observe import JUDGED_TAIL, observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
 from kvdiag.engine.presence import after_running, before_running
 from kvdiag.engine.site_check import check_site, place_in_tree
@@ -340,7 +340,7 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
                                          cancel=options.cancel)
                 except CommandInterrupted as exc:
                     results.append(exc.result)
-                    obs = observe(step, results, sanitizer_logs, budget, launch_listed(planned))
+                    obs = observe(step, results, sanitizer_logs, budget, launch_listed(planned), JUDGED_TAIL)
                     raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                                      time.monotonic() - started, str(run_dir.logs))) from None
                 except CommandNotFound as exc:
@@ -385,7 +385,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
                 requests=completion_requests({**step.vars, **options.overrides}),
                 on_output=progress.line, cancel=options.cancel, wrapped=invocation is not None)
     except CommandInterrupted as exc:
-        obs = observe(step, [exc.result], sanitizer_logs)
+        obs = observe(step, [exc.result], sanitizer_logs, tail_only=JUDGED_TAIL)
         raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                          time.monotonic() - started, str(run_dir.logs))) from None
     except CommandNotFound as exc:

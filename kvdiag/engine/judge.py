@@ -40,6 +40,7 @@ from kvdiag.engine.presence import refused_everywhere, unexercised, unlisted, wi
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.launches import distinct_kernels
 from kvdiag.parse.sanitizer import instantiations, site_label
+from kvdiag.parse.text import cut_note
 from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
 from kvdiag.records.ranges import RangeEvidence
 from kvdiag.registry.entry import Entry, Matcher
@@ -65,6 +66,10 @@ def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gat
     if verdict is Verdict.NOT_REPRODUCED and obs.step.sanitizer:
         verdict, reason, proof = _launch_gate(entry, obs, reason, launch, presence)
     evidence = extract_evidence(obs, matches)
+    if obs.lines_cut:
+        reason, evidence = f"{reason}; {cut_note(obs.lines_cut)}", replace(evidence, lines_cut=obs.lines_cut)
+    if obs.tail_only:
+        reason += f"; only the last {obs.tail_only // 1_000_000} MB of each output was judged {obs.tail_why}"
     if obs.launch_listed or proof:
         evidence = replace(evidence, launched=distinct_kernels(obs.launches), launch_proof=proof,
                            launch_listing="launch probe" if obs.launch_listed else None)

@@ -6,17 +6,23 @@ processes ran), so what is judged is exactly what a user finds on disk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kvdiag.parse.aborts import AbortInfo, parse_aborts
+from kvdiag.parse.deadline import OutOfTime, time_limit
 from kvdiag.parse.backend_ops import BackendOpsReport, parse_backend_ops
 from kvdiag.parse.case_segments import CaseSegment, CaseSplit, segment_text
 from kvdiag.parse.launches import Launch, parse_launches
 from kvdiag.parse.sanitizer import MARKER, SanitizerReport, fold_sites, parse_sanitizer
-from kvdiag.parse.text import strip_ansi
+from kvdiag.parse.text import cut_long_lines, strip_ansi
+from kvdiag.proc.limit import bounded
 from kvdiag.registry.entry import Step
+
+#: what is judged of each output when all of it cannot be: after Ctrl-C, or past `run --timeout`
+JUDGED_TAIL = 1_000_000
 
 @dataclass(frozen=True)
 class ArmReading:
@@ -57,6 +63,9 @@ class Observations:
     comparison: Callable[[], ArmReading] | None = None
     launches: tuple[Launch, ...] = ()        # the launch probe's lines (kvdiag.parse.launches)
     launch_listed: bool = False              # the program printed its launches (the probe's build, asked to)
+    lines_cut: int = 0                       # lines over kvdiag.parse.text.LINE_LIMIT, cut before judging
+    tail_only: int | None = None             # only this many characters at each stream's end were judged
+    tail_why: str = "after the interruption"
 
     @property
     def last(self):
@@ -76,12 +85,36 @@ class Observations:
 
 
 def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
-            budget_s: float | None = None, launch_listed: bool = False) -> Observations:
-    """Read and parse the logs of an attempt's commands."""
-    stdout = strip_ansi("".join(r.stdout_text() for r in results))   # matchers see the printed words,
-    stderr = strip_ansi("".join(r.stderr_text() for r in results))   # as in the combined stream
-    combined = strip_ansi("".join(r.combined_text() for r in results))
-    sanitizer_text = "".join(p.read_text(errors="replace") for p in sanitizer_logs if p.exists())
+            budget_s: float | None = None, launch_listed: bool = False, tail_only: int | None = None) -> Observations:
+    """Read and parse the logs of an attempt's commands, each line cut to LINE_LIMIT (parse.text).
+
+    ``tail_only``: read only the last that many characters of each stream, from a line's start (an
+    attempt stopped by Ctrl-C is judged at once, not after a pass over gigabytes, issue 43). Under a
+    ceiling on the run's children (`run --timeout`, kvdiag.proc.limit) the reading gets as long:
+    past it, only the last JUDGED_TAIL characters are read, and the verdict says so."""
+    limit = bounded(math.inf)
+    if tail_only is not None or not math.isfinite(limit):
+        return _observe(step, results, sanitizer_logs, budget_s, launch_listed, tail_only)
+    try:
+        with time_limit(limit):
+            return _observe(step, results, sanitizer_logs, budget_s, launch_listed, None)
+    except OutOfTime:
+        return replace(_observe(step, results, sanitizer_logs, budget_s, launch_listed, JUDGED_TAIL),
+                       tail_why=f"(reading all of it passed the --timeout of {limit:g} s)")
+
+
+def _observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path], budget_s: float | None,
+             launch_listed: bool, tail_only: int | None) -> Observations:
+    def read(text: str) -> tuple[str, int]:
+        if tail_only is not None and len(text) > tail_only:
+            text = text[-tail_only:].partition("\n")[2]
+        return cut_long_lines(text)
+
+    stdout = read(strip_ansi("".join(r.stdout_text() for r in results)))[0]   # matchers see the printed words,
+    stderr = read(strip_ansi("".join(r.stderr_text() for r in results)))[0]   # as in the combined stream
+    combined, cut = read(strip_ansi("".join(r.combined_text() for r in results)))
+    sanitizer_text, cut_sanitizer = read("".join(p.read_text(errors="replace") for p in sanitizer_logs
+                                                 if p.exists()))
     sanitizer = parse_sanitizer(sanitizer_text, tool=step.sanitizer) if step.sanitizer else None
     backend = parse_backend_ops(stdout) if step.kind == "backend-ops" else None
     return Observations(
@@ -89,6 +122,7 @@ def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
         sanitizer_text=sanitizer_text, sanitizer=sanitizer, backend_ops=backend,
         aborts=tuple(parse_aborts(combined)), budget_s=budget_s,
         launches=parse_launches(stdout) if launch_listed else (), launch_listed=launch_listed,
+        lines_cut=cut + cut_sanitizer, tail_only=tail_only,
     )
 
 

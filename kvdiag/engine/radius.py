@@ -21,7 +21,12 @@ from kvdiag.engine.scan_kernels import DEFAULT_DIMENSIONS, dimensions_of
 from kvdiag.errors import DataError, UsageError
 from kvdiag.parse.backend_ops import params_dict
 from kvdiag.parse.launches import canonical
+from kvdiag.registry.radius import fold_radius
 
+#: what no test-backend-ops case's parameters hold (issue 43: a key with a quote or a newline
+#: failed kvdiag's own check of the regexes, exit 70 for a malformed scan)
+_NOT_IN_A_CASE = re.compile(r"[\"'`\\\x00-\x1f\x7f]")
+MAX_CASE_CHARS = 4096
 UPSTREAM_REPOS = {"llama.cpp": "https://github.com/ggml-org/llama.cpp", "ggml": "https://github.com/ggml-org/ggml"}
 
 
@@ -116,6 +121,11 @@ def measure_radius(data: Mapping[str, Any], *, dimensions: Sequence[str] = (), r
     affected = sorted(p for p, c in cases.items() if c.get("verdict") == "confirmed")
     if not affected:
         raise UsageError("the scan has no affected case: there is no radius to record")
+    unfit = next((p for p in affected if len(p) > MAX_CASE_CHARS or _NOT_IN_A_CASE.search(p)), None)
+    if unfit is not None:
+        raise DataError(f"case {unfit[:80]!r}{'…' if len(unfit) > 80 else ''} is not a test-backend-ops case: "
+                        f"its parameters hold a quote, a backslash or a control character, or pass "
+                        f"{MAX_CASE_CHARS} characters")
     found_commit, found_repo, gpu = _tree_facts(target)
     commit = commit or found_commit
     repo = repo or found_repo
@@ -136,4 +146,4 @@ def measure_radius(data: Mapping[str, Any], *, dimensions: Sequence[str] = (), r
         "clean_kernels": [r["instantiation"] for r in kernels.get("clean") or ()] or None,
         "params": case_regexes(affected, dimensions or kernels.get("dimensions") or DEFAULT_DIMENSIONS),
     }
-    return table
+    return fold_radius(table)

@@ -314,8 +314,13 @@ def _check_room(path: Path, data_bytes: int) -> None:
     need = data_bytes + (64 << 20)
     free = shutil.disk_usage(path.parent if str(path.parent) else Path(".")).free
     if need > free:
-        raise UsageError(f"{path}: the model needs about {need / 2**30:.1f} GiB and {path.parent or '.'} has "
-                         f"{free / 2**30:.1f} GiB free")
+        raise UsageError(f"{path}: the model needs about {_size(need)} and {path.parent or '.'} has "
+                         f"{_size(free)} free")
+
+
+def _size(n: int) -> str:
+    """GiB with one decimal from 1 GiB on, MiB below (issue 43: "0.1 GiB … 0.0 GiB free" on a 50 MB disk)."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def tensor_plans(spec: ModelSpec) -> list[TensorPlan]:

@@ -197,8 +197,11 @@ _CASE = re.compile(r"^  (?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*
 # Current ggml compares a case's outputs (printing "[OP] ERR = x > t " for each node
 # that fails, or for every node with kvdiag's print-every-case-error probe) BEFORE it
 # prints the case's own "  OP(params): " prefix, so the diagnostics lead the line.
-_CASE_AFTER_DIAG = re.compile(
-    r"^(?P<diag>\[[^\]]+\] .*?)\s{2,}(?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
+# The case after its diagnostics is found at the start of a run of 2+ blanks only (the lookbehind),
+# so a line of blanks costs one pass, not one pass per blank (issue 43).
+_DIAG_HEAD = re.compile(r"\[[^\]]+\] ")
+_CASE_TAIL = re.compile(r"\s{2,}(?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
+_CASE_AFTER_BLANKS = re.compile(r"(?<!\s)" + _CASE_TAIL.pattern)
 _STATUS_END = (
     (re.compile(r"(?:^|\s)NOT SUPPORTED\s*$"), "NOT_SUPPORTED"),
     (re.compile(r"(?:^|\s)SUPPORTED\s*$"), "SUPPORTED"),
@@ -208,12 +211,12 @@ _STATUS_END = (
     (re.compile(r"(?:^|\s)skipping large tensors for speed\s*$"), "SKIPPED_LARGE"),
 )
 _METRIC = re.compile(
-    r"\[(?P<op>[^\]]+)\] (?P<name>ERR|NMSE|MAA|MAE|RMSE) = (?P<value>\S+) (?:>|<=) (?P<threshold>\S+)"
+    r"\[(?P<op>[^\]\[]+)\] (?P<name>ERR|NMSE|MAA|MAE|RMSE) = (?P<value>\S+) (?:>|<=) (?P<threshold>\S+)"
 )
 _NOTE_PATTERNS = (
-    re.compile(r"\[[^\]]+\] NaN at index \d+ \([^)]*\)"),
-    re.compile(r"\[[^\]]+\] inf (?:sign )?mismatch: \S+ \S+"),
-    re.compile(r"\[[^\]]+\] nonfinite gradient at index -?\d+ \([^)]*\)"),
+    re.compile(r"\[[^\]\[]+\] NaN at index \d+ \([^)]*\)"),
+    re.compile(r"\[[^\]\[]+\] inf (?:sign )?mismatch: \S+ \S+"),
+    re.compile(r"\[[^\]\[]+\] nonfinite gradient at index -?\d+ \([^)]*\)"),
     re.compile(r"sentinel mismatch: \S+"),
     re.compile(r"compare failed"),
     re.compile(r"failed to allocate (?:weight )?tensors(?: \[[^\]]*\])?"),
@@ -299,9 +302,10 @@ _BACKEND_STATUS = re.compile(r"^  Backend (\S+): ?(.*)$")
 _BACKENDS_PASSED = re.compile(r"^(\d+)/(\d+) backends passed")
 _FAILING_NAME = re.compile(r"^  [A-Z][A-Z0-9_]*\(.*\)\s*$")
 _BARE_STATUS = re.compile(r"^\s*(OK|FAIL)\s*$")
-_ERROR_LINE = re.compile(
-    r"(Error in \S+: .*|failed to allocate .*|Failed to initialize .*|\S+: ggml_backend_graph_compute failed.*)$"
-)
+_ERROR_LINE = re.compile(r"(Error in \S+: .*|failed to allocate .*|Failed to initialize .*)$")
+# "<who>: ggml_backend_graph_compute failed…": found by its words, then <who> read back to the blank
+# before it; a search led by \S+ would scan to the line's end from every position (issue 43).
+_COMPUTE_FAILED = ": ggml_backend_graph_compute failed"
 
 
 @dataclass
@@ -370,10 +374,10 @@ def _on_case(state: _State, text: str, line_no: int) -> bool:
     lead_metrics: tuple[CaseMetric, ...] = ()
     lead_notes: tuple[str, ...] = ()
     if not m:
-        m = _CASE_AFTER_DIAG.match(text)
+        m = _case_after_diagnostics(text)
         if not m:
             return False
-        lead_metrics, lead_notes, _ = _diagnostics(m.group("diag") + " ")
+        lead_metrics, lead_notes, _ = _diagnostics(text[:m.start()] + " ")
     state.close_pending("no status printed")
     status, metrics, notes = parse_status(m.group("rest"))
     metrics, notes = lead_metrics + metrics, lead_notes + notes
@@ -392,6 +396,14 @@ def _on_case(state: _State, text: str, line_no: int) -> bool:
     else:
         state.cases.append(case)
     return True
+
+
+def _case_after_diagnostics(text: str) -> re.Match[str] | None:
+    """``[OP] ERR = … > …  OP(params): status``: the case's match, starting at its blanks."""
+    head = _DIAG_HEAD.match(text)
+    if head is None:
+        return None
+    return _CASE_TAIL.match(text, head.end()) or _CASE_AFTER_BLANKS.search(text, head.end())
 
 
 def _on_late_status(state: _State, text: str, line_no: int) -> bool:
@@ -462,11 +474,30 @@ def _on_structure(state: _State, text: str, line_no: int) -> bool:
 
 
 def _on_error(state: _State, text: str, line_no: int) -> bool:
-    m = _ERROR_LINE.search(text.strip())
-    if not m:
+    error = _error_text(text.strip())
+    if error is None:
         return False
-    state.errors.append(m.group(1).strip())
+    state.errors.append(error)
     return True
+
+
+def _error_text(text: str) -> str | None:
+    """The leftmost error message on a line, from where it starts to the line's end."""
+    starts = []
+    if m := _ERROR_LINE.search(text):
+        starts.append(m.start())
+    failed = text.find(_COMPUTE_FAILED)
+    if failed > 0 and not text[failed - 1].isspace():
+        starts.append(_token_start(text, failed))
+    return text[min(starts):].strip() if starts else None
+
+
+def _token_start(text: str, end: int) -> int:
+    """Where the run of non-blank characters that ends at ``end`` starts."""
+    start = end
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    return start
 
 
 _HANDLERS = (_on_case, _on_structure, _on_late_status, _on_overall, _on_error)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kvdiag.parse.text import cut_long_lines
+
 _EDG = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<severity>error|catastrophic error|warning)"
                   r"(?: #[\w-]+)?: (?P<message>.*)$")
 _GNU = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?P<severity>error|fatal error|warning): "
@@ -36,7 +38,7 @@ class Diagnostic:
 def diagnostics(text: str) -> list[Diagnostic]:
     """Every diagnostic line of a build log, in order."""
     found = []
-    for line in text.splitlines():
+    for line in cut_long_lines(text)[0].splitlines():    # a line past LINE_LIMIT read cut
         match = _EDG.match(line) or _GNU.match(line)
         if match:
             found.append(Diagnostic(match["file"], int(match["line"]), match["severity"], match["message"],

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from kvdiag.parse.sanitizer import split_signature
+from kvdiag.parse.text import cut_long_lines
 
 LAUNCH_MARKER = "kvdiag-launch: "
 _INT_CAST = re.compile(r"^\((?:unsigned )?(?:int|long|long long|short|char|unsigned|size_t|int64_t|uint32_t)\)"
@@ -67,7 +68,7 @@ def parse_launches(text: str) -> tuple[Launch, ...]:
     """Every launch line, in order. The marker may follow other text on its line (an older
     test-backend-ops prints a case's name before running it, so a launch lands mid-line)."""
     found = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    for line_no, line in enumerate(cut_long_lines(text)[0].splitlines(), start=1):
         at = line.find(LAUNCH_MARKER)
         if at < 0:
             continue

@@ -22,7 +22,7 @@ from kvdiag.parse.launches import canonical
 # H200): `STT_FUNC  STB_LOCAL  STO_ENTRY  _Z18…` (tests/fixtures/device/h200-session7). Knowing only
 # the first, kvdiag listed no kernel on the H200 and fell back to nm's host stubs.
 _ENTRY = re.compile(r"^\s*(?:STT_)?FUNC\s+(?:\S+\s+){1,2}(?:STO_)?ENTRY\s+(?P<name>\S+)\s*$")
-_NM_LINE = re.compile(r"^[0-9a-fA-F]+\s+[tTwW]\s+(?P<name>.+?)\s*$")
+_NM_LINE = re.compile(r"^[0-9a-fA-F]+\s+[tTwW]\s+(?P<name>.*\S)\s*$")   # not .+? then \s*$: one pass
 # Host functions nvcc makes around a kernel, which are not kernels themselves.
 _NOT_A_KERNEL = ("__device_stub__", "__wrapper__device_stub_", "guard variable", "__nv_", "__cuda", "__sti__")
 

@@ -13,10 +13,17 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from kvdiag.parse.deadline import checked
 from kvdiag.text import first_line, strip_ansi
 
-__all__ = ["clean_line", "dataclass_dict", "first_line", "iter_lines", "jsonable", "split_top_level",
-           "strip_ansi", "to_int"]
+__all__ = ["LINE_LIMIT", "clean_line", "cut_long_lines", "cut_note", "dataclass_dict", "first_line", "iter_lines",
+           "jsonable", "split_top_level", "strip_ansi", "to_int"]
+
+#: The longest line the parsers and the signature matchers read, in characters; a longer one is
+#: cut to this length (its log on disk keeps it whole) and the verdict says how many were. Real
+#: lines are far shorter (the longest in the recorded transcripts has 1456 characters); the cut
+#: bounds the work one hostile line (10 MB without a blank) can ask of a parser (issue 43).
+LINE_LIMIT = 16384
 
 
 def clean_line(line: str) -> str:
@@ -24,26 +31,47 @@ def clean_line(line: str) -> str:
 
     A carriage return inside a line (progress output) keeps only what a
     terminal would finally show after it, which is the text after the last CR.
+    A line longer than LINE_LIMIT is cut to it.
     """
     line = line.rstrip("\r\n")
     if "\r" in line:
         line = line.rsplit("\r", 1)[-1]
-    return strip_ansi(line)
+    return strip_ansi(line)[:LINE_LIMIT]
 
 
 def iter_lines(source: str | Iterable[str]) -> Iterator[str]:
     """Yield cleaned lines from a whole text or from an iterable of lines.
 
     Accepting both lets callers hand over an open file (streaming, constant
-    memory) or a string they already hold, through the same code path.
+    memory) or a string they already hold, through the same code path. The
+    judging's deadline (kvdiag.parse.deadline) is looked at as the lines go.
     """
     if isinstance(source, str):
         if "\r" not in source and "\x1b" not in source:
-            yield from source.split("\n")    # already clean: each line as clean_line would give it
+            yield from checked(cut_long_lines(source)[0].split("\n"))  # already clean, as clean_line gives it
             return
         source = source.split("\n")
-    for line in source:
+    for line in checked(source):
         yield clean_line(line)
+
+
+def cut_long_lines(text: str) -> tuple[str, int]:
+    """``text`` with every line longer than LINE_LIMIT cut to it, and how many were cut.
+
+    One pass that copies nothing when no line is too long (the usual case)."""
+    if len(text) <= LINE_LIMIT:
+        return text, 0
+    lines = text.split("\n")
+    if max(map(len, lines)) <= LINE_LIMIT:
+        return text, 0
+    cut = sum(1 for line in lines if len(line) > LINE_LIMIT)
+    return "\n".join(line[:LINE_LIMIT] for line in lines), cut
+
+
+def cut_note(cut: int, before: str = "judging") -> str:
+    """What a verdict (or, ``before="reading"``, an analysis) says about the lines it cut."""
+    return (f"{cut} line(s) longer than {LINE_LIMIT} characters were cut to that length before {before} "
+            "(the logs keep them whole)")
 
 
 def dataclass_dict(obj: Any) -> dict:

@@ -5,7 +5,8 @@ Complete lines go, as raw bytes, to ``<name>.stdout.log`` or ``<name>.stderr.log
 `kvdiag.proc.pump`), through unbuffered files: a kill of kvdiag loses nothing already read. A
 chunk's complete lines are written as one block (one write per log, not one per line: a sanitized
 batch prints hundreds of thousands of lines), and a stream's unfinished last line waits for its
-end, so a line of one stream is never cut by the other's in the combined log. ``on_output`` sees
+end, so a line of one stream is never cut by the other's in the combined log (unless it passes
+PARTIAL_LIMIT, 1 MiB: such a line is written as it comes, not held). ``on_output`` sees
 each line too; its errors are counted, never raised, so a broken progress display cannot end a run.
 
 A write the OS refuses (a full disk, a file-size limit) never passes in silence: the
@@ -31,6 +32,7 @@ from kvdiag.proc.logfiles import log_paths
 __all__ = ["RESERVE_BYTES", "LogSink"]
 
 RESERVE_BYTES = 64 << 10      # a run's cmd.json and run.json take a few KB each
+PARTIAL_LIMIT = 1 << 20       # an unfinished line longer than this is written before its end (issue 43)
 
 
 class LogSink:
@@ -46,7 +48,7 @@ class LogSink:
             path.unlink(missing_ok=True)
         # buffering=0: every write is a write(2); a kill of kvdiag loses nothing written.
         self.files = {k: open(p, "wb", buffering=0) for k, p in self.paths.items()}
-        self.partial = {"stdout": b"", "stderr": b""}
+        self.partial = {"stdout": bytearray(), "stderr": bytearray()}
         self.crlf = {"stdout": tty, "stderr": False}
         self.on_output = on_output
         self.callback_errors = 0
@@ -65,11 +67,17 @@ class LogSink:
         with self.lock:
             if self.closed:
                 return
-            buf = self.partial[stream] + data if self.partial[stream] else data
-            cut = buf.rfind(b"\n") + 1
-            self.partial[stream] = buf[cut:]
-            if cut:
-                self._emit_block(stream, buf[:cut])
+            pending = self.partial[stream]     # grown in place, searched only in the new chunk:
+            cut = data.rfind(b"\n") + 1       # a 10 MB line in 4 KB chunks was 12 GB of copying
+            if not cut:
+                pending += data
+                if len(pending) > PARTIAL_LIMIT:       # a line this long is written as it comes
+                    self._emit_block(stream, bytes(pending))
+                    pending.clear()
+                return
+            block = bytes(pending) + data[:cut] if pending else data[:cut]
+            pending[:] = data[cut:]
+            self._emit_block(stream, block)
 
     def _emit_block(self, stream: str, block: bytes) -> None:
         """Whole lines (``block`` ends with its last newline, or is the unfinished rest at close)."""
@@ -133,8 +141,8 @@ class LogSink:
             if self.closed:
                 return
             for stream in ("stdout", "stderr"):
-                rest = self.partial[stream]
-                self.partial[stream] = b""
+                rest = bytes(self.partial[stream])
+                self.partial[stream].clear()
                 if rest:
                     self._emit_block(stream, rest)
             self.closed = True

@@ -73,6 +73,7 @@ from kvdiag.errors import CommandError, CommandInterrupted, CommandNotFound  # n
 from kvdiag.fileio import write_json  # noqa: E402
 from kvdiag.proc.groups import (become_subreaper, descendants, kill_pid, killpg, proc_stat,  # noqa: E402
                                  reap_and_list_live, reap_escaped, sigint_deferred)
+from kvdiag.proc.limit import bounded  # noqa: E402
 from kvdiag.proc.logsink import LogSink  # noqa: E402
 from kvdiag.proc.pump import OutputPump, child_ends, close_all  # noqa: E402
 from kvdiag.proc.result import CommandResult  # noqa: E402
@@ -334,16 +335,15 @@ def _spawn(args: list[str], executable: str, child_env: dict[str, str], cwd: Pat
 
 def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: Path, name: str,
                 env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
-                cwd: Path | None = None, tty: bool = False,
-                on_output: Callable[[str, str], None] | None = None,
-                kill_grace: float = 3.0, cancel: threading.Event | None = None,
-                quiet_timeout: float | None = None) -> CommandResult:
+                cwd: Path | None = None, tty: bool = False, on_output: Callable[[str, str], None] | None = None,
+                kill_grace: float = 3.0, cancel: threading.Event | None = None, quiet_timeout: float | None = None,
+                ) -> CommandResult:
     """Run ``argv`` (a list, never a shell string) in its own session and process group.
 
     Output goes, as it arrives, to ``log_dir/<name>.{stdout,stderr,combined}.log``;
     ``log_dir/<name>.cmd.json`` records the command and, at the end, its result.
-    On ``timeout`` (seconds) or Ctrl-C the whole group gets SIGTERM, then SIGKILL
-    after ``kill_grace``. ``env`` replaces the inherited environment (default:
+    On ``timeout`` (seconds, lowered to a ceiling kvdiag.proc.limit holds) or Ctrl-C the whole group
+    gets SIGTERM, then SIGKILL after ``kill_grace``. ``env`` replaces the inherited environment (default:
     ``os.environ``); ``env_overrides`` is applied on top and recorded. ``tty=True``
     gives stdout a pseudo-terminal so C stdio line-buffers. ``on_output(stream,
     line)`` is called per complete line (without its newline) from the pump's thread;
@@ -353,9 +353,8 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     seconds (a scan batch of many cases: each case may take as long as it would alone,
     and one that hangs does not cost the whole batch's allowance).
 
-    ``cancel``: another thread (a scan's Ctrl-C handler) sets it to stop this command;
-    the group is killed as on Ctrl-C and the result, marked interrupted, is
-    returned (not raised: the caller asked for it).
+    ``cancel``: another thread (a scan's Ctrl-C handler) sets it to stop this command; the group is
+    killed as on Ctrl-C and the result, marked interrupted, is returned (not raised: the caller asked).
 
     Raises :class:`CommandNotFound` before starting anything when the program is
     missing or not executable, and :class:`CommandInterrupted` (with ``.result``)
@@ -363,6 +362,7 @@ def run_command(argv: Sequence[str | os.PathLike], *, timeout: float, log_dir: P
     """
     if timeout is None or not (math.isfinite(timeout) and timeout > 0):     # NaN compares false: no deadline
         raise ValueError(f"timeout must be a finite positive number of seconds, not {timeout!r}")
+    timeout = bounded(timeout)          # a command's ceiling on every child (kvdiag.proc.limit)
     # A Ctrl-C while the child starts (its cmd.json fsynced) waits for a group to stop, never leaves one running.
     with sigint_deferred() as early_sigints:
         command = start_command(argv, log_dir=log_dir, name=name, env=env, env_overrides=env_overrides, cwd=cwd,

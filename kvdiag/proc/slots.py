@@ -161,12 +161,19 @@ def scan_slots(total_bytes: int | None, environ: dict[str, str] | None = None, c
                slots_for_memory(total_bytes, SCAN_PER_SLOT_BYTES, max(1, min(SCAN_MAX_SLOTS, cores))))
 
 
+def check_slots_setting(environ: dict[str, str] | None = None) -> None:
+    """Refuse a bad ``$KVDIAG_GPU_SLOTS`` before a command runs anything, on any host: read only
+    when a GPU's pool is sized, a bad value went unnoticed on a host without a GPU and, read in a
+    sweep's worker, was recorded as the entry's error, exit 70 (issue 43). A UsageError: 64."""
+    _override(environ)
+
+
 def _override(environ: dict[str, str] | None) -> int | None:
     """``$KVDIAG_GPU_SLOTS`` as a count, None when unset; anything but 1 to 64 is a usage error."""
     value = (os.environ if environ is None else environ).get(SLOTS_VARIABLE, "").strip()
     if not value:
         return None
-    if not value.isdigit() or not 1 <= int(value) <= MAX_SLOTS_OVERRIDE:
+    if not re.fullmatch(r"[0-9]{1,3}", value) or not 1 <= int(value) <= MAX_SLOTS_OVERRIDE:
         raise UsageError(f"${SLOTS_VARIABLE} must be a whole number from 1 to {MAX_SLOTS_OVERRIDE}, got {value!r}")
     return int(value)
 

@@ -21,7 +21,7 @@ from kvdiag.records.rates import Rate
 
 __all__ = ["Attempt", "Evidence", "Outcome", "Verdict", "aggregate", "combined_exit_code"]
 
-_OMITTED_WHEN_EMPTY = ("launched", "launch_listing", "launch_proof")
+_OMITTED_WHEN_EMPTY = ("launched", "launch_listing", "launch_proof", "lines_cut")
 
 
 class Verdict(str, Enum):
@@ -87,6 +87,7 @@ class Evidence:
     launched: tuple[str, ...] = ()          # kernel instantiations the launch probe saw start (canonical)
     launch_listing: str | None = None       # how launches were listed ("launch probe"); None: not listed
     launch_proof: str | None = None         # what the launch-proof gate concluded (engine.launch_proof)
+    lines_cut: int = 0                      # lines over kvdiag.parse.text.LINE_LIMIT cut before judging
 
     def to_dict(self) -> dict[str, Any]:
         data = _plain(asdict(self))

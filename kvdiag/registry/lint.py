@@ -19,6 +19,7 @@ from jinja2 import meta
 
 from kvdiag import resources
 from kvdiag.registry import schema
+from kvdiag.registry.radius import MAX_RADIUS_ITEMS, RADIUS_LISTS
 from kvdiag.registry.raw import Problem, RawEntry
 from kvdiag.registry.sandbox import SANDBOX, forbidden_reaches
 
@@ -282,6 +283,10 @@ def _lint_radius(table: dict[str, Any], where: str, add) -> None:
         add(f"{where}.commit", f"{table['commit']!r} is not a commit id (7 to 40 hex digits)")
     if not table.get("kernels") and not table.get("instantiations"):
         add(where, "names neither kernels nor instantiations: nothing was measured")
+    for key in RADIUS_LISTS:
+        if len(table.get(key) or ()) > MAX_RADIUS_ITEMS:
+            add(f"{where}.{key}", f"{len(table[key])} items, more than {MAX_RADIUS_ITEMS}: write it with `kvdiag "
+                                  "registry radius`, which folds the rest and says so")
     for key in ("kernels", "instantiations", "clean_kernels"):
         for name in table.get(key) or ():
             if _CAST.search(name) or "<" in name and not name.endswith(">"):

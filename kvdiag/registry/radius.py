@@ -12,6 +12,13 @@ What reads the tables:
   tables of the tree at hand (same commit) when there are any, else all of them;
 * the launch-proof gate (kvdiag.engine.launch_proof) knows from ``kernels`` which
   instantiations the entry is about.
+
+A table is capped: each of its lists holds at most ``MAX_RADIUS_ITEMS`` (1000; D2's largest
+measured table has 179 case regexes). A scan that measured more keeps the first 1000
+kernels or instantiations, its case regexes become the one regex the scan walked (which
+selects every affected case, and more), and the table's ``folded`` list says what was left
+out. Lint refuses a longer list (issue 43: a scan of 10^6 instantiations wrote an 88 MB
+entry that passed lint and made every later `kvdiag list` take 6.5 s).
 """
 
 from __future__ import annotations
@@ -23,6 +30,30 @@ FENCE_OPEN = "```toml"
 FENCE_CLOSE = "```"
 _HEADER = re.compile(r"^\s*\[")
 _RADIUS_HEADER = re.compile(r"^\s*\[\[\s*radius\s*\]\]\s*(?:#.*)?$")
+
+
+MAX_RADIUS_ITEMS = 1000
+#: the lists a radius table may hold, each capped at MAX_RADIUS_ITEMS
+RADIUS_LISTS = ("kernels", "instantiations", "clean_kernels", "params")
+
+
+def fold_radius(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``table`` within the cap (see the module's docstring), with ``folded`` saying what it left out."""
+    out = dict(table)
+    folded = []
+    for key in ("kernels", "instantiations", "clean_kernels"):
+        values = out.get(key) or []
+        if len(values) > MAX_RADIUS_ITEMS:
+            out[key] = list(values[:MAX_RADIUS_ITEMS])
+            folded.append(f"{key}: {len(values)} measured, the first {MAX_RADIUS_ITEMS} kept")
+    params = out.get("params") or []
+    if len(params) > MAX_RADIUS_ITEMS:
+        out["params"] = [out.get("scanned") or ".*"]
+        folded.append(f"params: {len(params)} case regexes, replaced by the space the scan walked "
+                      "(it selects every affected case, and more)")
+    if folded:
+        out["folded"] = folded
+    return out
 
 
 class RadiusWriteError(Exception):

@@ -287,6 +287,8 @@ RADIUS = Section(
         "params": Key("regexes", required=True, doc="Case regexes (test-backend-ops -p) that together select "
                                                     "every affected case; `kvdiag scan` without --params scans "
                                                     "their union."),
+        "folded": Key("list[str]", doc="What `registry radius` left out to keep each list within 1000 items "
+                                       "(kvdiag.registry.radius.MAX_RADIUS_ITEMS), one line per list it cut."),
         "note": _s(),
     },
 )

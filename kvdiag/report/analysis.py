@@ -22,6 +22,7 @@ from typing import Any, Iterator
 from kvdiag.errors import DataError
 from kvdiag.parse.backend_ops import BackendOpsReader
 from kvdiag.parse.sanitizer_digest import SanitizerDigester
+from kvdiag.parse.text import LINE_LIMIT, cut_note
 from kvdiag.report.templating import render
 
 __all__ = ["MAX_LOG_BYTES", "analyze_log", "render_analysis"]
@@ -39,19 +40,24 @@ class _TextStats:
     replaced: int = 0
     nul: bool = False
     marker: bool = False
+    lines_cut: int = 0          # lines longer than LINE_LIMIT, cut to it
 
     def see(self, piece: str) -> None:
         self.chars += len(piece)
         self.replaced += piece.count("\ufffd")
         self.nul = self.nul or "\x00" in piece
-        self.marker = self.marker or SANITIZER_PREFIX in piece
+
+    def note_line(self, line: str, cut: bool) -> None:
+        self.marker = self.marker or SANITIZER_PREFIX in line
+        self.lines_cut += cut
 
 
 def _lines(path: Path, stats: _TextStats, limit: int) -> Iterator[str]:
-    """The log's lines as ``text.split("\\n")`` gives them, without ever holding the text;
-    DataError for a truncated or corrupt .gz, or more than ``limit`` bytes of text."""
+    """The log's lines as ``text.split("\\n")`` gives them, each cut to LINE_LIMIT (the cut counted in
+    ``stats``), without ever holding the text or a line past the limit; DataError for a truncated or
+    corrupt .gz, or more than ``limit`` bytes of text."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    total, carry = 0, ""
+    total, carry, over = 0, "", False
     with open(path, "rb") as fh:
         gzipped = fh.read(2) == b"\x1f\x8b"
         fh.seek(0)
@@ -66,16 +72,29 @@ def _lines(path: Path, stats: _TextStats, limit: int) -> Iterator[str]:
             total += len(chunk)
             if total > limit:
                 raise DataError(f"{path}: more than {limit} bytes of log text; split it or give the relevant part")
-            parts = (carry + decoder.decode(chunk, final=not chunk)).split("\n")
-            carry = parts.pop()
-            for part in parts:
-                stats.see(part)
-                stats.chars += 1            # the "\n"
-                yield part
+            text = decoder.decode(chunk, final=not chunk)
+            stats.see(text)
+            parts = text.split("\n")
+            for part in parts[:-1]:
+                line, cut = _joined(carry, over, part)
+                stats.note_line(line, cut)
+                yield line
+                carry, over = "", False
+            carry, over = _joined(carry, over, parts[-1])
             if not chunk:
                 break
-    stats.see(carry)
+    stats.note_line(carry, over)
     yield carry
+
+
+def _joined(carry: str, over: bool, part: str) -> tuple[str, bool]:
+    """A line's text so far with ``part`` added, cut to LINE_LIMIT; True once it was cut."""
+    if over:
+        return carry, True
+    joined = carry + part
+    if len(joined) > LINE_LIMIT:
+        return joined[:LINE_LIMIT], True
+    return joined, False
 
 
 def analyze_log(path: Path, *, tool: str | None, fmt: str, limit: int = MAX_LOG_BYTES) -> str:
@@ -90,10 +109,11 @@ def analyze_log(path: Path, *, tool: str | None, fmt: str, limit: int = MAX_LOG_
         binary = stats.nul or stats.replaced > stats.chars // 100
         raise DataError(f"{path}: not a compute-sanitizer log (no '{SANITIZER_PREFIX}' line and no test case"
                         + ("; the file is binary)" if binary else ")"))
-    return render_analysis(path, report, case_report, report.instantiations, fmt)
+    return render_analysis(path, report, case_report, report.instantiations, fmt, lines_cut=stats.lines_cut)
 
 
-def render_analysis(path: Path, report: Any, cases: Any, insts: tuple[str, ...], fmt: str) -> str:
+def render_analysis(path: Path, report: Any, cases: Any, insts: tuple[str, ...], fmt: str,
+                    lines_cut: int = 0) -> str:
     """The analysis of a report (a SanitizerDigest, or a whole SanitizerReport: the same fields)."""
     if fmt == "json":
         data = {
@@ -109,6 +129,8 @@ def render_analysis(path: Path, report: Any, cases: Any, insts: tuple[str, ...],
             "test_cases": {"matched": len(cases.cases), "executed": cases.executed, "failed": cases.failed,
                            "not_supported": cases.not_supported,
                            "running_case": cases.running_case.case_string if cases.running_case else None},
+            "lines_cut": lines_cut, "line_limit": LINE_LIMIT,
         }
         return json.dumps(data, indent=2, default=str) + "\n"
-    return render("analysis.txt.j2", path=path, r=report, cases=cases, insts=insts)
+    return render("analysis.txt.j2", path=path, r=report, cases=cases, insts=insts,
+                  cut=cut_note(lines_cut, before="reading") if lines_cut else "")

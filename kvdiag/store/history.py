@@ -123,25 +123,46 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+#: what sqlite says of a file that is not a healthy database: only then is moving it aside the advice
+_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
 @contextmanager
 def _database(home: Path | None) -> Iterator[sqlite3.Connection]:
     """The history database, open; whatever sqlite finds wrong with it, at the header or on a page
-    in the middle that only a later query reads, is one `HistoryUnreadable` line (exit 65 for
-    `history`, a warning for a sweep), never a traceback. A database another process holds
-    locked past the timeout is not malformed: that is said as it is."""
+    in the middle that only a later query reads, is one line, never a traceback:
+
+    * damaged (corrupt, not a database): `HistoryUnreadable` (65 for `history`, a warning for a
+      sweep), whose advice, to move it aside, keeps the file;
+    * a full disk, a failed write, a file that cannot be opened or written: a `HarnessError` (70),
+      whose advice is to free space or fix the disk, never to move a healthy history aside (issue 43:
+      a full disk was 65 and "move it aside and kvdiag starts a new one" lost the history);
+    * locked by another process past the timeout: said as it is (70)."""
     path = history_path(home)
     conn = None
     try:
-        conn = _connect(path)
+        conn = _opened(path)
         yield conn
     except sqlite3.DatabaseError as exc:
-        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        name = getattr(exc, "sqlite_errorname", "")
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
             raise HarnessError(f"the history database {path} is locked by another process ({exc})") from None
-        raise HistoryUnreadable(f"the history database {path} cannot be used ({exc}): move it aside and "
-                                f"kvdiag starts a new one") from None
+        if name.startswith(_DAMAGED):
+            raise HistoryUnreadable(f"the history database {path} is damaged ({exc}): move it aside (it is kept "
+                                    f"as it is) and kvdiag starts a new one") from None
+        raise HarnessError(f"the history database {path} could not be written ({exc}): free space on its disk "
+                           f"or fix what refused the write; the history is left as it was") from None
     finally:
         if conn is not None:
             conn.close()
+
+
+def _opened(path: Path) -> sqlite3.Connection:
+    try:
+        return _connect(path)
+    except OSError as exc:      # its folder could not be made (a full disk, a read-only home)
+        raise HarnessError(f"the history database {path} could not be opened ({exc.strerror or exc}): free "
+                           f"space on its disk or fix what refused it; the history is left as it was") from None
 
 
 def _fingerprint(target: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -207,20 +228,22 @@ def _date_of_run(run_id: str, path: Path) -> str:
     return stamp.isoformat()
 
 
-def sync_run_store(home: Path | None = None, unreadable: list[tuple[str, str]] | None = None) -> int:
+def sync_run_store(home: Path | None = None, unreadable: list[tuple[str, str]] | None = None,
+                   only: set[str] | None = None) -> int:
     """Record every finished entry run of the run store not yet in the history; returns how many.
 
     A `kvdiag verify` AFTER arm is left out: it ran a scratch build with probes applied, not a
     build of the user's, and its verdict lives in the verification (`kvdiag report`).
 
     A run whose run.json cannot be read is left out of the history, never the end of it:
-    with ``unreadable`` it is named there, (run id, why), for the caller to say so."""
+    with ``unreadable`` it is named there, (run id, why), for the caller to say so. ``only``: the
+    run ids to record (`kvdiag run` records its own runs as it ends), None for every one."""
     home = home or kvdiag_home()
     added = 0
     with _database(home) as conn, conn:
         known = {r[0] for r in conn.execute("SELECT run_id FROM runs WHERE run_id IS NOT NULL")}
         for run in RunStore(home):
-            if run.run_id in known:
+            if run.run_id in known or (only is not None and run.run_id not in only):
                 continue
             try:
                 record = run.record()

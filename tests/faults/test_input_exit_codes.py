@@ -69,8 +69,8 @@ def test_a_history_database_corrupt_in_its_middle_is_65_and_costs_a_sweep_nothin
     path.write_bytes(bytes(data))
     code, out, err = kv.cli("history", "D12")
     assert code == 65 and out == ""
-    assert one_line(err) == (f"kvdiag: the history database {path} cannot be used (database disk image is "
-                             "malformed): move it aside and kvdiag starts a new one")
+    assert one_line(err) == (f"kvdiag: the history database {path} is damaged (database disk image is "
+                             "malformed): move it aside (it is kept as it is) and kvdiag starts a new one")
     build = kv.build("throws_healthily.sh")
     code, out, err = kv.cli("sweep", "--only", "D12", "--build", build, "--no-staleness", "--quiet")
     assert code == 0 and "not-reproduced" in out, err      # recorded, or a warning if sqlite met the page

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from kvdiag.probes.patch import ProbeError, load_probes
 from kvdiag.probes.worktree import RECORD_FILE, WorktreeError, apply_stack, scratch_worktree
 from probes_helpers import REPO, SCENARIOS, git, run_cli
+from process_checks import interrupted_output
 
 
 def worktrees(source: Path) -> list[str]:
@@ -85,18 +85,14 @@ def test_bad_source_and_commit_are_usage_errors(source: Path, log_dir: Path, tmp
 def test_worktree_is_removed_on_ctrl_c(source: Path, log_dir: Path):
     before = user_state(source)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    child = subprocess.Popen([sys.executable, str(SCENARIOS / "holds_worktree.py"), str(source), str(log_dir)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
+    # the scenario resets SIGINT itself (under nohup it starts ignored); `with` closes its pipes
+    with subprocess.Popen([sys.executable, str(SCENARIOS / "holds_worktree.py"), str(source), str(log_dir)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as child:
         path = Path(child.stdout.readline().strip())
-        assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        assert (path / "scratch-output.txt").is_file() and str(path) in worktrees(source)
-        child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        ready = child.stdout.readline().strip() == "ready"
+        held = ready and (path / "scratch-output.txt").is_file() and str(path) in worktrees(source)
+        out, err = interrupted_output(child)
+    assert held, err
     assert child.returncode == 130, err
     assert "interrupted" in out
     assert not path.exists() and not path.parent.exists()
