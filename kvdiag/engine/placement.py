@@ -94,7 +94,7 @@ def place_tree(history, entries: Iterable[Entry]) -> tuple[list[Placement], list
     head = history.facts().head
     reference = getattr(history, "reference", None)
     if reference is not None:
-        found = _by_reference(Path(reference), head, blobs, keys, history.log_dir, why)
+        found = _by_reference(Path(reference), head, blobs, keys, history.log_dir, why, is_ggml_tree(Path(source)))
         placements += [found] if found is not None else []
     if timeline is None:
         why.append(f"the shipped index {SHIPPED_INDEX.name} is not readable")
@@ -109,7 +109,7 @@ def place_tree(history, entries: Iterable[Entry]) -> tuple[list[Placement], list
 
 
 def _by_reference(reference: Path, head: str | None, blobs: Mapping[str, str], keys: list[str], log_dir: Path,
-                  why: list[str]) -> Placement | None:
+                  why: list[str], ggml_layout: bool) -> Placement | None:
     def at(commit: str) -> PlacedHistory:
         return PlacedHistory(reference, commit, log_dir)
 
@@ -118,15 +118,16 @@ def _by_reference(reference: Path, head: str | None, blobs: Mapping[str, str], k
         why.append(f"--history {reference}: {probe.facts().why_none}")
         return None
     repos = identify(probe)
+    is_repo = ggml_layout and set(repos.repos) == {GGML}
     if head is not None and probe.has_commit(head):
         return Placement("history", repos, (head,), f"git commit {short(head)} found in history {reference}", at,
-                         exact=True)
+                         exact=True, is_repo=is_repo)
     try:
         timeline = timeline_from_git(reference, keys, log_dir=log_dir, repo_url=next(iter(repos.repos), str(reference)))
     except OSError as exc:
         why.append(f"--history {reference}: {exc}")
         return None
-    return _fit(timeline, "history", repos, blobs, at, why, f"history {reference}")
+    return _fit(timeline, "history", repos, blobs, at, why, f"history {reference}", is_repo)
 
 
 def _by_timeline(timeline: Timeline, head: str | None, blobs: Mapping[str, str], why: list[str],

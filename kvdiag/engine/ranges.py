@@ -240,7 +240,8 @@ def range_evidence(entry: Entry, history: TreeHistory | None, *, dirty: bool = F
     key = f"range:{entry.id}:{dirty}"
     if key not in history.memo:
         evidence = _evidence(entry, history, dirty)
-        if evidence.status == "unknown" and getattr(history, "source_dir", None) is not None:
+        source = getattr(history, "source_dir", None)
+        if evidence.status == "unknown" and source is not None and source.is_dir():
             from kvdiag.engine.placement import placed_evidence     # placement builds on this module
 
             evidence = placed_evidence(entry, history, evidence)

@@ -77,7 +77,8 @@ class RangeEvidence:
     def summary(self) -> str:
         """One line for a verdict: ``affected by range (introduced 0, fixed 85f99dca8 not an ancestor of …)``."""
         said = f"{_PHRASE.get(self.status, self.status)} ({self.detail})" if self.detail else _PHRASE[self.status]
-        return f"{said}; placed by {self.placed}" if self.placed and self.placement != "unplaced" else said
+        # a git tree's own commit is already in the detail ("… not an ancestor of b4e3dc613")
+        return f"{said}; placed by {self.placed}" if self.placed and self.placement not in ("git", "unplaced") else said
 
     @property
     def short(self) -> str:
