@@ -19,7 +19,7 @@ from kvdiag.engine.budget import compiles, step_budget
 from kvdiag.engine.comparison import ComparisonArm, describe_comparison
 from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
-from kvdiag.engine.launch_program import PROGRAM, launch_listed, program_for, with_program
+from kvdiag.engine.launch_program import PROGRAM, launch_listed, lister_for, program_for, with_lister, with_program
 from kvdiag.engine.launch_proof import LaunchContext
 from kvdiag.engine.observe import observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
@@ -425,6 +425,8 @@ def plan_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, options
     planned = render_step(step, context)
     if program is not None:
         planned = with_program(planned, program, launch_mode=options.scan_case and bool(step.sanitizer))
+    elif (library := lister_for(step, target)) is not None:
+        planned = with_lister(planned, library)     # the probe did not apply to this tree: list through CUPTI
     if options.device is not None:
         planned = replace(planned, env={**planned.env, "CUDA_VISIBLE_DEVICES": visible_value(options.device)})
     return planned

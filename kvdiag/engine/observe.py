@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kvdiag.parse.aborts import AbortInfo, parse_aborts
 from kvdiag.parse.backend_ops import BackendOpsReport, parse_backend_ops
 from kvdiag.parse.case_segments import CaseSegment, CaseSplit, segment_text
-from kvdiag.parse.launches import Launch, parse_launches
+from kvdiag.parse.launches import Launch, confirmed_listing, parse_launches
 from kvdiag.parse.sanitizer import MARKER, SanitizerReport, fold_sites, parse_sanitizer
 from kvdiag.parse.text import strip_ansi
 from kvdiag.registry.entry import Step
@@ -57,6 +57,7 @@ class Observations:
     comparison: Callable[[], ArmReading] | None = None
     launches: tuple[Launch, ...] = ()        # the launch probe's lines (kvdiag.parse.launches)
     launch_listed: bool = False              # the program printed its launches (the probe's build, asked to)
+    launch_lister: str | None = None         # which lister printed them: "launch probe" | "CUPTI injection"
 
     @property
     def last(self):
@@ -76,7 +77,7 @@ class Observations:
 
 
 def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
-            budget_s: float | None = None, launch_listed: bool = False) -> Observations:
+            budget_s: float | None = None, launch_listed: bool | str | None = False) -> Observations:
     """Read and parse the logs of an attempt's commands."""
     stdout = strip_ansi("".join(r.stdout_text() for r in results))   # matchers see the printed words,
     stderr = strip_ansi("".join(r.stderr_text() for r in results))   # as in the combined stream
@@ -84,11 +85,12 @@ def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
     sanitizer_text = "".join(p.read_text(errors="replace") for p in sanitizer_logs if p.exists())
     sanitizer = parse_sanitizer(sanitizer_text, tool=step.sanitizer) if step.sanitizer else None
     backend = parse_backend_ops(stdout) if step.kind == "backend-ops" else None
+    lister = confirmed_listing(launch_listed, stdout)
     return Observations(
         step=step, results=tuple(results), stdout=stdout, stderr=stderr, combined=combined,
         sanitizer_text=sanitizer_text, sanitizer=sanitizer, backend_ops=backend,
         aborts=tuple(parse_aborts(combined)), budget_s=budget_s,
-        launches=parse_launches(stdout) if launch_listed else (), launch_listed=launch_listed,
+        launches=parse_launches(stdout) if lister else (), launch_listed=bool(lister), launch_lister=lister,
     )
 
 
@@ -99,7 +101,7 @@ def observe_staleness(step: Step, stale: bool | None, detail: str) -> Observatio
 
 
 def observe_segment(step: Step, text: str, split: CaseSplit, segment: CaseSegment,
-                    launch_listed: bool = False) -> Observations:
+                    launch_listed: bool | str | None = False) -> Observations:
     """One case's share of a process that ran several (a scan batch), observed as if it
     had run alone: its own lines, its own findings, and the tool's count for them.
 
@@ -115,6 +117,7 @@ def observe_segment(step: Step, text: str, split: CaseSplit, segment: CaseSegmen
                          error_count=segment.error_count, not_printed=None, racecheck=None)
     backend = replace(split.backend_ops, cases=(segment.case,), running_case=None) if split.backend_ops else None
     sanitizer_text = "".join(line for line in own.splitlines(keepends=True) if MARKER in line)
+    lister = confirmed_listing(launch_listed, text)
     return Observations(step=step, results=(), stdout=own, stderr="", combined=own, sanitizer_text=sanitizer_text,
-                        sanitizer=report, backend_ops=backend, aborts=(), launches=segment.launches,
-                        launch_listed=launch_listed)
+                        sanitizer=report, backend_ops=backend, aborts=(),
+                        launches=segment.launches if lister else (), launch_listed=bool(lister), launch_lister=lister)

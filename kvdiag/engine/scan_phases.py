@@ -18,7 +18,8 @@ launches differ from its route launches is listed (``launch_changes``). What rou
 findings of *other* defects in kernels outside the entry's family are not looked for in the
 cases that do not reach it (a scan without routing would make such a case inconclusive).
 
-Routing needs the launch probe's program (it lists launches), a sanitizer step (routing only
+Routing needs a listing of launches (the launch probe's program, or where its patch does not
+apply the build's own in test mode under kvdiag's CUPTI launch lister), a sanitizer step (routing only
 spares sanitizing), kernel regexes in the entry's signatures, and a step that runs several
 cases per process; without one of them the scan runs unrouted and says why in one line.
 
@@ -69,7 +70,7 @@ def why_not_routed(entry: Entry, program: dict[str, Any] | None, wanted: bool) -
         return f"{entry.id}'s scan step runs no sanitizer (routing only spares sanitizing)"
     if not family_patterns(entry):
         return f"{entry.id}'s sanitizer signatures name no kernel to route cases to"
-    if not program or program.get("path") != "launch":
+    if not program or program.get("path") not in ("launch", "test+cupti"):
         why = (program or {}).get("why") or "no launch probe"
         return f"the build's own test-backend-ops lists no kernel launches ({why})"
     if not batchable(step):

@@ -404,6 +404,7 @@ def test_the_cli_routes_by_default_and_says_why_when_it_cannot(cli_scan, capsys)
     assert {p: c["verdict"] for p, c in routed["cases"].items()} == {p: c["verdict"] for p, c in direct["cases"].items()}
     assert cli_scan(probe=False) == 1
     out, err = capsys.readouterr()
-    assert ("kvdiag: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build); "
-            "every case runs under the sanitizer") in err
-    assert "phases: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build)" in out
+    assert ("kvdiag: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build; "
+            "KVDIAG_LAUNCH_LISTER=0); every case runs under the sanitizer") in err
+    assert ("phases: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build; "
+            "KVDIAG_LAUNCH_LISTER=0)") in out
