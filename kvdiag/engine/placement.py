@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from kvdiag.engine.ranges import Identity, combine_findings, evaluate_range, identify, short
+from kvdiag.engine.ranges import Identity, combine_findings, evaluate_range, identify, range_evidence, short
 from kvdiag.records.ranges import RangeEvidence
 from kvdiag.registry.entry import Entry
 from kvdiag.registry.repos import GGML, repo_label
@@ -37,7 +37,8 @@ from kvdiag.target.blob_timeline import Span, Timeline, timeline_from_git
 from kvdiag.target.blobs import ggml_key, is_ggml_tree, read_version_stamp, tree_blobs
 from kvdiag.target.placed_history import LineHistory, PlacedHistory
 
-__all__ = ["Placement", "SHIPPED_INDEX", "named_files", "place_tree", "placed_evidence", "shipped_timeline"]
+__all__ = ["Placement", "SHIPPED_INDEX", "named_files", "place_tree", "placed_evidence", "shipped_timeline",
+           "tree_range_evidence"]
 
 SHIPPED_INDEX = PACKAGE_DIR / "data" / "ggml-blobs.json"
 
@@ -193,6 +194,19 @@ def _between(timeline: Timeline, first: int, last: int) -> str:
 
 
 # ---------------------------------------------------------------------- judging an entry there
+
+def tree_range_evidence(entry: Entry, history, *, dirty: bool = False) -> RangeEvidence:
+    """What every verdict carries: git's answer (kvdiag.engine.ranges), and where git cannot place the
+    tree (no .git, a shallow clone, an unidentified repository), the placement's (memoised per tree)."""
+    evidence = range_evidence(entry, history, dirty=dirty)
+    source = getattr(history, "source_dir", None)
+    if evidence.status != "unknown" or source is None or not Path(source).is_dir():
+        return evidence
+    key = f"placed-range:{entry.id}"
+    if key not in history.memo:
+        history.memo[key] = placed_evidence(entry, history, evidence)
+    return history.memo[key]          # type: ignore[return-value]
+
 
 def placed_evidence(entry: Entry, history, unplaced: RangeEvidence) -> RangeEvidence:
     """The entry's range evidence from the first placement that decides it; ``unplaced`` (saying why

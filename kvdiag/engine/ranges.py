@@ -239,13 +239,7 @@ def range_evidence(entry: Entry, history: TreeHistory | None, *, dirty: bool = F
         return _evidence(entry, None, dirty)
     key = f"range:{entry.id}:{dirty}"
     if key not in history.memo:
-        evidence = _evidence(entry, history, dirty)
-        source = getattr(history, "source_dir", None)
-        if evidence.status == "unknown" and source is not None and source.is_dir():
-            from kvdiag.engine.placement import placed_evidence     # placement builds on this module
-
-            evidence = placed_evidence(entry, history, evidence)
-        history.memo[key] = evidence
+        history.memo[key] = _evidence(entry, history, dirty)
     return history.memo[key]          # type: ignore[return-value]
 
 

@@ -67,10 +67,10 @@ class Target:
 
     def range_evidence(self, entry) -> Any:
         """What the entry's affected ranges say about this build's source tree (memoised)."""
-        from kvdiag.engine.ranges import range_evidence
+        from kvdiag.engine.placement import tree_range_evidence
 
         git = self.build.git if self.build is not None else None
-        return range_evidence(entry, self.history, dirty=bool(git is not None and git.dirty))
+        return tree_range_evidence(entry, self.history, dirty=bool(git is not None and git.dirty))
 
     def device_key(self) -> str:
         device = self.first_device

@@ -19,7 +19,8 @@ import pytest
 
 from history_repos import GGML_URL, LLAMA_URL, Staged, isolated_git  # noqa: F401 - fixture
 from kvdiag.engine import placement as placement_module
-from kvdiag.engine.ranges import range_evidence, short
+from kvdiag.engine.placement import tree_range_evidence as range_evidence
+from kvdiag.engine.ranges import short
 from kvdiag.registry.entry import Entry
 from kvdiag.target.blob_timeline import timeline_from_git
 from kvdiag.target.blobs import blob_id, read_version_stamp

@@ -201,9 +201,8 @@ def test_upstream_ranges_apply_to_a_fork_and_ggml_ranges_do_not_apply_to_llama_c
 def test_without_git_or_identity_the_range_is_unknown_and_says_why(dag, tmp_path):
     repo, c = dag
     plain = repo.exported(tmp_path / "tarball", c["C"])
-    unplaced = range_evidence(entry({"repo": LLAMA_URL, "introduced": "0"}), TreeHistory(plain, tmp_path))
-    assert unplaced.summary.startswith(f"range unknown (no .git: {plain} is not a git checkout; not placed otherwise: ")
-    assert unplaced.placement == "unplaced"
+    assert range_evidence(entry({"repo": LLAMA_URL, "introduced": "0"}), TreeHistory(plain, tmp_path)).summary == (
+        f"range unknown (no .git: {plain} is not a git checkout)")
     git(repo.path, "remote", "remove", "origin")
     unnamed = range_evidence(entry({"repo": LLAMA_URL, "introduced": "0"}), at(repo, c["C"], tmp_path))
     assert unnamed.status == "unknown" and unnamed.detail.startswith("repository not identified (no remote URL, "
