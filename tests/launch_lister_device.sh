@@ -22,11 +22,11 @@ echo "lister gpu tests: exit $?" >> "$OUT/summary.txt"
       -DCMAKE_CUDA_FLAGS=-lineinfo -DGGML_BUILD_TESTS=ON -DLLAMA_BUILD_TESTS=ON \
   && ninja -C "$BUILD" test-backend-ops; } > "$WORK/build.txt" 2>&1
 echo "build: exit $?" >> "$OUT/summary.txt"; tail -n 30 "$WORK/build.txt" > "$OUT/build-tail.txt"
-$KV run D2 --build "$BUILD" --format json > "$OUT/run-D2.json" 2> "$WORK/run-D2.err"
+timeout 150 $KV run D2 --build "$BUILD" --format json > "$OUT/run-D2.json" 2> "$WORK/run-D2.err"
 echo "run D2: exit $?" >> "$OUT/summary.txt"
-$KV scan D2 --build "$BUILD" --params 'hsk=256.*nr23=\[4,1\].*kv=512' --format json > "$OUT/scan-D2.json" 2> "$WORK/scan-D2.err"
+timeout 200 $KV scan D2 --build "$BUILD" --params 'hsk=256.*nr23=\[4,1\].*kv=512' --format json > "$OUT/scan-D2.json" 2> "$WORK/scan-D2.err"
 echo "scan D2: exit $?" >> "$OUT/summary.txt"
-$KV sweep --build "$BUILD" --format table > "$OUT/sweep.txt" 2> "$WORK/sweep.err"
+timeout 150 $KV sweep --build "$BUILD" --format table > "$OUT/sweep.txt" 2> "$WORK/sweep.err"
 echo "sweep: exit $?" >> "$OUT/summary.txt"
 for f in run-D2 scan-D2 sweep; do { echo "--- $f stderr"; tail -n 40 "$WORK/$f.err"; } >> "$OUT/summary.txt"; done
 tar -czf "$OUT/runs.tar.gz" -C "$KVDIAG_HOME" runs 2>/dev/null
