@@ -33,21 +33,24 @@ FILE * g_log = nullptr;
 bool g_stdout = false;
 thread_local int t_runtime_depth = 0;  // inside a runtime launch: its driver call is the same launch
 
+// One line to each sink asked for: "<marker><text>" on stdout; "<pid> <text>" in the log, with the
+// marker too where it says something other than a launch (the ready line).
+void emit(const char * marker, const char * text, bool marker_in_log) {
+    std::lock_guard<std::mutex> hold(g_lock);
+    if (g_stdout) {
+        fprintf(stdout, "%s%s\n", marker, text);
+        fflush(stdout);
+    }
+    if (g_log) {
+        fprintf(g_log, "%d %s%s\n", (int) getpid(), marker_in_log ? marker : "", text);
+        fflush(g_log);
+    }
+}
+
 void write_launch(const char * mangled) {
     int status = 0;
     char * name = mangled ? abi::__cxa_demangle(mangled, nullptr, nullptr, &status) : nullptr;
-    const char * shown = name ? name : (mangled ? mangled : "(unnamed)");
-    {
-        std::lock_guard<std::mutex> hold(g_lock);
-        if (g_stdout) {
-            fprintf(stdout, "kvdiag-launch: %s\n", shown);
-            fflush(stdout);
-        }
-        if (g_log) {
-            fprintf(g_log, "%d %s\n", (int) getpid(), shown);
-            fflush(g_log);
-        }
-    }
+    emit("kvdiag-launch: ", name ? name : (mangled ? mangled : "(unnamed)"), false);
     free(name);
 }
 
@@ -72,15 +75,9 @@ void CUPTIAPI on_callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId,
 void say_ready() {
     uint32_t version = 0;
     cuptiGetVersion(&version);
-    std::lock_guard<std::mutex> hold(g_lock);
-    if (g_stdout) {
-        fprintf(stdout, "kvdiag-launch-lister: cupti %u\n", version);
-        fflush(stdout);
-    }
-    if (g_log) {
-        fprintf(g_log, "%d kvdiag-launch-lister: cupti %u\n", (int) getpid(), version);
-        fflush(g_log);
-    }
+    char text[64];
+    snprintf(text, sizeof text, "cupti %u", version);
+    emit("kvdiag-launch-lister: ", text, true);
 }
 
 }  // namespace
