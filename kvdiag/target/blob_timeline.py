@@ -15,12 +15,12 @@ newer than the history) can still be placed by its stamp.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from kvdiag.fileio import load_json_file
 from kvdiag.proc.runner import run_command
 from kvdiag.target.blobs import ggml_key
 
@@ -123,7 +123,7 @@ class Timeline:
 
     @classmethod
     def load(cls, path: Path) -> "Timeline":
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        return cls.from_dict(load_json_file(path))
 
 
 def _intersect(a: list[Span], b: list[Span]) -> list[Span]:
