@@ -7,7 +7,7 @@
 # OUT: a folder for the logs. It runs the lister's gpu tests, builds TREE's test-backend-ops (CUDA,
 # sm_90, -lineinfo), and runs `kvdiag run D2` and a small `kvdiag scan D2` on that build: the verdicts
 # must name the lister ("CUPTI injection") and the launched instantiations, and the range must be
-# placed by the shipped index. Needs cmake, ninja, nvcc, compute-sanitizer and kvdiag's dependencies
+# placed by the shipped index (SWEEP=0 leaves out the sweep of every entry). Needs cmake, ninja, nvcc, compute-sanitizer and kvdiag's dependencies
 # (PYTHONPATH may point at a folder holding them).
 set -u
 TREE=$(realpath "$1"); OUT=$(realpath "$2"); mkdir -p "$OUT"
@@ -26,8 +26,10 @@ timeout 150 $KV run D2 --build "$BUILD" --format json > "$OUT/run-D2.json" 2> "$
 echo "run D2: exit $?" >> "$OUT/summary.txt"
 timeout 200 $KV scan D2 --build "$BUILD" --params 'hsk=256.*nr23=\[4,1\].*kv=512' --format json > "$OUT/scan-D2.json" 2> "$WORK/scan-D2.err"
 echo "scan D2: exit $?" >> "$OUT/summary.txt"
-timeout 150 $KV sweep --build "$BUILD" --format table > "$OUT/sweep.txt" 2> "$WORK/sweep.err"
-echo "sweep: exit $?" >> "$OUT/summary.txt"
-for f in run-D2 scan-D2 sweep; do { echo "--- $f stderr"; tail -n 40 "$WORK/$f.err"; } >> "$OUT/summary.txt"; done
+if [ "${SWEEP:-1}" = 1 ]; then
+    timeout 150 $KV sweep --build "$BUILD" --format table > "$OUT/sweep.txt" 2> "$WORK/sweep.err"
+    echo "sweep: exit $?" >> "$OUT/summary.txt"
+fi
+for f in run-D2 scan-D2 sweep; do [ -f "$WORK/$f.err" ] || continue; { echo "--- $f stderr"; tail -n 40 "$WORK/$f.err"; } >> "$OUT/summary.txt"; done
 tar -czf "$OUT/runs.tar.gz" -C "$KVDIAG_HOME" runs 2>/dev/null
 cat "$OUT/summary.txt"
