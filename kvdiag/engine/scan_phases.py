@@ -135,7 +135,8 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
     routed, result = done.routed, done.result
     detect_phase = _phase(done.detected, result.processes, done.detect_wall_s)
     changes = launch_changes(routed.launched, result.results)
-    result.results = {**routed.routed, **result.results}
+    lister = "launch probe" if target.probe_program is not None else "CUPTI injection"
+    result.results = {**routed.routed, **with_route_launches(result.results, routed.launched, lister)}
     result.space = space
     result.processes += routed.processes
     result.interrupted = result.interrupted or routed.interrupted
@@ -181,6 +182,21 @@ def _not_routed_note(entry: Entry, why: str, batch_order: str) -> str:
 
 def _phase(cases: int, processes: int, wall_s: float) -> dict[str, Any]:
     return {"cases": cases, "processes": processes, "wall_s": round(wall_s, 3)}
+
+
+def with_route_launches(results: dict[str, Attempt], route_launched: dict[str, tuple[str, ...]],
+                        lister: str) -> dict[str, Attempt]:
+    """Each sanitized case that listed no launches of its own (the CUPTI lister cannot subscribe beside
+    compute-sanitizer: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, measured on an H100) named by what
+    the route phase saw it launch, saying so: the verdict still names its instantiations."""
+    out = dict(results)
+    for params, attempt in results.items():
+        launched = route_launched.get(params)
+        if launched and not attempt.evidence.launch_listing:
+            evidence = dataclasses.replace(attempt.evidence, launched=launched,
+                                           launch_listing=f"{lister} (route phase, without the sanitizer)")
+            out[params] = dataclasses.replace(attempt, evidence=evidence)
+    return out
 
 
 def launch_changes(route_launched: dict[str, tuple[str, ...]], results: dict[str, Attempt]) -> list[dict[str, Any]]:

@@ -230,7 +230,7 @@ def route_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, nu
     text = strip_ansi(result.stdout_text())
     if library is not None and confirmed_listing(LISTER_NAME, text) is None:
         return _unrouted(out, params, f"the CUPTI launch lister did not say it was listing in {name} (no "
-                                      f"'{LISTER_READY.strip()}' line): its cases are sanitized unrouted")
+                                      f"'{LISTER_READY}<version>' line): its cases are sanitized unrouted")
     split = split_cases(text, None)
     finished = split.backend_ops.finished and not result.timed_out
     context = launch_context(target, per_case=True)

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from kvdiag.parse.sanitizer import split_signature
 
 LAUNCH_MARKER = "kvdiag-launch: "
-#: the CUPTI launch lister's first line (repro/launches/kvdiag_launches.cpp): without it, nothing was listed
-LISTER_READY = "kvdiag-launch-lister: "
+#: the CUPTI launch lister's first line (repro/launches/kvdiag_launches.cpp): without it, nothing was listed.
+#: When CUPTI refuses it, it writes "kvdiag-launch-lister: not listing: <why>" instead (on stderr).
+LISTER_READY = "kvdiag-launch-lister: cupti "
+_READY_LINE = re.compile(r"^kvdiag-launch-lister: cupti \d+\s*$", re.M)
 PROBE_LISTER = "launch probe"
 _INT_CAST = re.compile(r"^\((?:unsigned )?(?:int|long|long long|short|char|unsigned|size_t|int64_t|uint32_t)\)"
                        r"(-?\d+)[uUlL]*$")
@@ -93,6 +95,6 @@ def confirmed_listing(lister: str | bool | None, text: str) -> str | None:
     if not lister:
         return None
     name = PROBE_LISTER if lister is True else str(lister)
-    if name != PROBE_LISTER and LISTER_READY not in text:
+    if name != PROBE_LISTER and not _READY_LINE.search(text):
         return None
     return name

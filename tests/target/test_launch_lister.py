@@ -76,7 +76,7 @@ def test_the_lister_is_built_once_per_toolkit_and_source(built):
 
 def test_a_listing_counts_only_where_the_cupti_lister_said_it_was_listing():
     text = "begin\nkvdiag-launch: void k<2>(float*)\nend\n"
-    assert confirmed_listing(LISTER_NAME, LISTER_READY + "cupti 130001\n" + text) == LISTER_NAME
+    assert confirmed_listing(LISTER_NAME, LISTER_READY + "130001\n" + text) == LISTER_NAME
     assert confirmed_listing(LISTER_NAME, "begin\nend\n") is None      # another tool took the slot: unlisted
     assert confirmed_listing("launch probe", text) == "launch probe"     # compiled in: lists whenever asked
     assert confirmed_listing(True, "") == "launch probe" and confirmed_listing(None, text) is None
