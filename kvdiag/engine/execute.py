@@ -384,7 +384,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
         return _not_run(step, index, Verdict.SKIPPED, str(exc))
     finally:
         progress.stop()
-    obs = observe(step, [result], sanitizer_logs)
+    obs = observe(step, [result], sanitizer_logs, launch_listed=launch_listed(planned))   # the CUPTI lister's
     return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index,
                          time.monotonic() - started, str(run_dir.logs), presence=target.range_evidence(entry),
                          comparison=options.comparison)

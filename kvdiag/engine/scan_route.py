@@ -243,7 +243,8 @@ def route_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, nu
         if segment is None:
             missing.append((index, case))
         elif segment.case.status != "OK":
-            out.unrouted[case] = f"{segment.case.status} in launch mode without {step.sanitizer} ({name})"
+            mode = "launch mode" if library is None else "test mode"
+            out.unrouted[case] = f"{segment.case.status} in {mode} without {step.sanitizer} ({name})"
         else:
             out.launched[case] = distinct_kernels(segment.launches)
             judged = judge_launch(entry, segment.launches, True, context, tool=step.sanitizer)
