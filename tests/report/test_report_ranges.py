@@ -154,3 +154,16 @@ def test_the_table_says_how_each_tree_was_placed():
     assert cells == {"D2": "affected [git]", "D11": "fixed [index]"}
     assert ("D11 range: fixed by range (da7d1472d is an ancestor of ee401c8b6 (the same at each of ee401c8b6, "
             "d99724f2b)); placed by blob match of 6 file(s) (…) against the shipped index") in "\n".join(lines)
+
+
+def test_a_verdict_says_how_a_git_tree_was_placed(tmp_path):
+    from pathlib import Path
+
+    from kvdiag.registry.loader import load_registry
+
+    entry = load_registry(Path(__file__).resolve().parents[2] / "registry").get("D11")
+    placed = RangeEvidence(D11_RANGE.status, D11_RANGE.detail, HEAD, D11_RANGE.tree, D11_RANGE.findings,
+                           placement="git", placed="git commit e25a32e98")
+    text = render_outcome(ranged(simple("D11", Verdict.INCONCLUSIVE, D11_REASON), placed), entry, tmp_path)
+    assert ("  range: affected by range (introduced 0, fixed 85f99dca8 not an ancestor of e25a32e98)\n"
+            "  placed by: git commit e25a32e98\n") in text
