@@ -111,3 +111,25 @@ def test_the_lister_saying_it_is_not_listing_is_not_its_ready_line():
     refused = "kvdiag-launch-lister: not listing: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED\n"
     assert confirmed_listing(LISTER_NAME, refused) is None
     assert confirmed_listing(LISTER_NAME, refused + LISTER_READY + "130001\n") == LISTER_NAME
+
+
+def test_a_run_of_a_sanitized_step_names_the_instantiation_its_bare_run_listed(kv):
+    """`kvdiag run` on a build whose test-backend-ops the probe does not fit: the sanitized run lists
+    nothing (CUPTI refused beside the sanitizer), its bare run under the lister names the kernel, and
+    the confirmed verdict carries it, saying which lister and how."""
+    import dataclasses
+
+    from engine_helpers import d2_like
+
+    build = kv.build("backend_ops_case_space")
+    target = kv.target(build, sanitizer=kv.sanitizer())
+    library = kv.root / "libkvdiag_launches.so"
+    library.write_text("")
+    listed = dataclasses.replace(target, probe_program=None, launch_lister=lambda: LauncherLibrary(library))
+    result = kv.run(kv.entry("D931", d2_like()), listed)
+    assert result.outcome.verdict is Verdict.CONFIRMED
+    assert result.evidence.launch_listing == "CUPTI injection (the same commands run without synccheck)"
+    assert result.evidence.launched == ("flash_attn_ext_f16<256, 256, 4, 4, false, false>",)
+    assert "fast-1-launches-1.cmd.json" in result.log_names()
+    unlisted = kv.run(kv.entry("D932", d2_like()), dataclasses.replace(target, probe_program=None))
+    assert unlisted.evidence.launch_listing is None and not unlisted.evidence.launched
