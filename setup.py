@@ -13,7 +13,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-DATA_FOLDERS = ("registry", "probes", "repro/canaries")   # as kvdiag.resources.DATA_FOLDERS
+DATA_FOLDERS = ("registry", "probes", "repro/canaries", "repro/launches")   # as kvdiag.resources.DATA_FOLDERS
 
 
 class build_py_with_data(build_py):

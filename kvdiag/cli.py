@@ -7,6 +7,7 @@ and a documented exit code (see `kvdiag.exitcodes`). Tests call `main([...])`.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -25,6 +26,7 @@ from kvdiag.commands.scan_options import scan_path_options
 from kvdiag.help_text import add_help_blocks, exit_code_lines
 from kvdiag.registry.loader import Registry, load_registry
 from kvdiag.registry.schema import STATUSES
+from kvdiag.target.history import HISTORY_ENV
 from kvdiag.text import clip
 
 EXIT_HELP = "\n".join(exit_code_lines((int(code), text) for code, text in EXIT_CODE_TABLE))
@@ -52,8 +54,11 @@ pass_ctx = click.make_pass_decorator(Context)
 @click.version_option(__version__, prog_name="kvdiag")
 @click.option("--registry", "registry_dir", type=GivenPath(path_type=Path), default=None,
               envvar="KVDIAG_REGISTRY", help="Registry folder (default: the project's registry/).")
+@click.option("--history", "history_repo", type=GivenPath(path_type=Path, file_okay=False, exists=True), default=None,
+              envvar=HISTORY_ENV, help="A clone or mirror of the tree's repository: a tree without .git (a release "
+                                       "tarball) or a shallow clone is placed there by its files' blob ids.")
 @click.pass_context
-def cli(ctx: click.Context, registry_dir: Path | None) -> None:
+def cli(ctx: click.Context, registry_dir: Path | None, history_repo: Path | None) -> None:
     """Reproduce known CUDA defects of llama.cpp-family builds and give honest verdicts.
 
     \b
@@ -63,6 +68,8 @@ def cli(ctx: click.Context, registry_dir: Path | None) -> None:
       kvdiag run D2 --build BUILD    one verdict, with the output behind it
       kvdiag doctor                  prove the sanitizer tools work here
     """
+    if history_repo is not None:        # every command's target reads it from there (kvdiag.target.history)
+        os.environ[HISTORY_ENV] = str(history_repo.resolve())
     ctx.obj = Context(registry_dir)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 BUNDLED_DATA = PACKAGE_DIR / "_data"
 # The folders a wheel carries, relative to the data root (setup.py copies these).
-DATA_FOLDERS = ("registry", "probes", "repro/canaries")
+DATA_FOLDERS = ("registry", "probes", "repro/canaries", "repro/launches")
 
 
 def data_root() -> Path:

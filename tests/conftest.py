@@ -2,6 +2,7 @@
 process the session starts carries its token (see process_checks.py), and the ``ninja``
 fixture gives the tests that stage builds each of two ninja versions (see ninjas.py)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,12 @@ from ninjas import Ninja, system_ninja, wheel_ninja  # noqa: E402
 from process_checks import mark_session  # noqa: E402
 
 mark_session()
+
+# kvdiag's CUPTI launch lister is compiled with nvcc wherever one is installed (this CPU machine has
+# one): only the tests about it build it (tests/target/test_launch_lister.py sets the variable back).
+# A history named in the caller's environment would place the staged trees of other tests.
+os.environ["KVDIAG_LAUNCH_LISTER"] = "0"
+os.environ.pop("KVDIAG_HISTORY", None)
 
 
 @pytest.fixture(scope="session", params=["system", "wheel"], ids=["system-ninja", "wheel-ninja"])

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag.engine.drift import DriftResult, judge_drift, run_drift
-from kvdiag.engine.ranges import range_evidence
+from kvdiag.engine.placement import tree_range_evidence
 from kvdiag.errors import ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.progress import Progress
@@ -56,7 +56,7 @@ def run_drift_session(entry: Entry | None, build_dir: Path, *, op: str, params: 
     presence = None
     if entry is not None:
         git = build.git
-        presence = range_evidence(entry, TreeHistory(build.source_dir, run_dir.logs), dirty=bool(git and git.dirty))
+        presence = tree_range_evidence(entry, TreeHistory(build.source_dir, run_dir.logs), dirty=bool(git and git.dirty))
     verdict, reason = judge_drift(result, criterion, _absent(entry, op, params, presence) if entry else None)
     data = {"entry": entry.id if entry else None, "verdict": verdict, "reason": reason, "build": build.to_dict(),
             "drift": result.to_dict(), **({"range": presence.to_dict()} if presence is not None else {})}

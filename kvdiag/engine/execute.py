@@ -20,8 +20,9 @@ from kvdiag.engine.case_forms import adapt_entry, case_format_of, format_note
 from kvdiag.engine.comparison import ComparisonArm, describe_comparison
 from kvdiag.engine.devices import describe, device_key, visible_value
 from kvdiag.engine.judge import Gate, judge_attempt, matchers_for
-from kvdiag.engine.launch_program import PROGRAM, launch_listed, program_for, with_program
+from kvdiag.engine.launch_program import PROGRAM, launch_listed, lister_for, program_for, with_lister, with_program
 from kvdiag.engine.launch_proof import LaunchContext
+from kvdiag.engine.listing_pass import listed_without_sanitizer
 from kvdiag.engine.observe import JUDGED_TAIL, observe, observe_staleness
 from kvdiag.engine.planning import TemplateProblem, render_step, template_context
 from kvdiag.engine.presence import after_running, before_running
@@ -351,6 +352,10 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
     finally:
         progress.stop()
     obs = observe(step, results, sanitizer_logs, budget, launch_listed(planned))
+    if not options.scan_case:        # a scan's cases are listed by its route phase
+        with gpu_lease(entry, target, options):
+            obs = listed_without_sanitizer(obs, planned, target, run_dir.logs, f"{name_prefix or step.name}-{index}",
+                                           budget, options.cancel)
     duration = time.monotonic() - started
     # The gate is lazy: only a would-be not-reproduced consults it (it may cost a canary run).
     return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, duration, str(run_dir.logs),
@@ -392,7 +397,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
         return _not_run(step, index, Verdict.SKIPPED, str(exc))
     finally:
         progress.stop()
-    obs = observe(step, [result], sanitizer_logs)
+    obs = observe(step, [result], sanitizer_logs, launch_listed=launch_listed(planned))   # the CUPTI lister's
     return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index,
                          time.monotonic() - started, str(run_dir.logs), presence=target.range_evidence(entry),
                          comparison=options.comparison)
@@ -438,6 +443,10 @@ def plan_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, options
     planned = render_step(step, context)
     if program is not None:
         planned = with_program(planned, program, launch_mode=options.scan_case and bool(step.sanitizer))
+    elif not step.sanitizer and (library := lister_for(step, target)) is not None:
+        # the probe did not apply to this tree: list through CUPTI (which cannot subscribe beside
+        # compute-sanitizer, so a sanitized step is listed by a scan's route phase instead)
+        planned = with_lister(planned, library)
     if options.device is not None:
         planned = replace(planned, env={**planned.env, "CUDA_VISIBLE_DEVICES": visible_value(options.device)})
     return planned

@@ -72,7 +72,7 @@ def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gat
         reason += f"; only the last {obs.tail_only // 1_000_000} MB of each output was judged {obs.tail_why}"
     if obs.launch_listed or proof:
         evidence = replace(evidence, launched=distinct_kernels(obs.launches), launch_proof=proof,
-                           launch_listing="launch probe" if obs.launch_listed else None)
+                           launch_listing=(obs.launch_lister or "launch probe") if obs.launch_listed else None)
     return Attempt(step=obs.step.name, index=index, verdict=verdict, reason=reason, evidence=evidence,
                    commands=tuple(r.to_dict() for r in obs.results), duration_s=duration_s, log_dir=log_dir)
 

@@ -6,8 +6,9 @@ every kernel launch printed when ``KVDIAG_PRINT_LAUNCHES`` is set (launch proof,
 every backend-ops step), and a ``launch`` mode that runs each case on the GPU only, with
 no CPU reference (for sanitized scans, where a sanitizer is the detector and the
 numeric comparison is the cost). When the program cannot be made (not a ninja build, no
-compiler, the patch does not apply) the user's program runs as before, and the run says
-why.
+compiler, the patch does not apply) the user's program runs, listed by kvdiag's CUPTI
+launch lister when it could be built (kvdiag.target.launch_lister: loaded by the CUDA
+driver, whatever the program's source), and unlisted otherwise; the run says which.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from kvdiag.parse.launches import PROBE_LISTER
 from kvdiag.registry.entry import Step
 
 LAUNCH_ENV = "KVDIAG_PRINT_LAUNCHES"
+INJECTION_ENV = "CUDA_INJECTION64_PATH"   # the CUDA driver loads the library it names (the CUPTI lister)
+LISTED_STEP_KINDS = ("backend-ops", "server")
 LAUNCH_PROBE = "test-backend-ops-launch"
 PROGRAM = "test-backend-ops"
 DISABLE_ENV = "KVDIAG_PROBE_PROGRAM"      # "0": always run the user's program
@@ -61,5 +65,23 @@ def _launch_argv(argv: tuple[str, ...], program: Path) -> tuple[str, ...]:
     return argv
 
 
-def launch_listed(planned) -> bool:
-    return planned.env.get(LAUNCH_ENV) == "1"
+def lister_for(step: Step, target) -> Path | None:
+    """The CUPTI launch lister for a step that runs a CUDA program (test-backend-ops, llama-server), or None."""
+    if step.kind not in LISTED_STEP_KINDS or getattr(target, "launch_lister", None) is None:
+        return None
+    library = target.launch_lister()
+    return library.path if library.available else None
+
+
+def with_lister(planned, library: Path):
+    """The planned step with the CUPTI lister injected and its lines on stdout (the argv is the entry's)."""
+    return replace(planned, env={**planned.env, LAUNCH_ENV: "1", INJECTION_ENV: str(library)})
+
+
+def launch_listed(planned) -> str | None:
+    """Which lister the planned step asked for ("launch probe", "CUPTI injection"), or None."""
+    if planned.env.get(LAUNCH_ENV) != "1":
+        return None
+    from kvdiag.target.launch_lister import LISTER_NAME
+
+    return LISTER_NAME if planned.env.get(INJECTION_ENV) else PROBE_LISTER

@@ -15,7 +15,7 @@ from kvdiag.parse.aborts import AbortInfo, parse_aborts
 from kvdiag.parse.deadline import OutOfTime, time_limit
 from kvdiag.parse.backend_ops import BackendOpsReport, parse_backend_ops
 from kvdiag.parse.case_segments import CaseSegment, CaseSplit, segment_text
-from kvdiag.parse.launches import Launch, parse_launches
+from kvdiag.parse.launches import Launch, confirmed_listing, parse_launches
 from kvdiag.parse.sanitizer import MARKER, SanitizerReport, fold_sites, parse_sanitizer
 from kvdiag.parse.text import cut_long_lines, strip_ansi
 from kvdiag.proc.limit import bounded
@@ -66,6 +66,7 @@ class Observations:
     lines_cut: int = 0                       # lines over kvdiag.parse.text.LINE_LIMIT, cut before judging
     tail_only: int | None = None             # only this many characters at each stream's end were judged
     tail_why: str = "after the interruption"
+    launch_lister: str | None = None         # which lister printed them: "launch probe" | "CUPTI injection"
 
     @property
     def last(self):
@@ -85,7 +86,8 @@ class Observations:
 
 
 def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
-            budget_s: float | None = None, launch_listed: bool = False, tail_only: int | None = None) -> Observations:
+            budget_s: float | None = None, launch_listed: bool | str | None = False,
+            tail_only: int | None = None) -> Observations:
     """Read and parse the logs of an attempt's commands, each line cut to LINE_LIMIT (parse.text).
 
     ``tail_only``: read only the last that many characters of each stream, from a line's start (an
@@ -104,7 +106,7 @@ def observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
 
 
 def _observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path], budget_s: float | None,
-             launch_listed: bool, tail_only: int | None) -> Observations:
+             launch_listed: bool | str | None, tail_only: int | None) -> Observations:
     def read(text: str) -> tuple[str, int]:
         if tail_only is not None and len(text) > tail_only:
             text = text[-tail_only:].partition("\n")[2]
@@ -117,11 +119,12 @@ def _observe(step: Step, results: Sequence[Any], sanitizer_logs: Sequence[Path],
                                                  if p.exists()))
     sanitizer = parse_sanitizer(sanitizer_text, tool=step.sanitizer) if step.sanitizer else None
     backend = parse_backend_ops(stdout) if step.kind == "backend-ops" else None
+    lister = confirmed_listing(launch_listed, stdout)
     return Observations(
         step=step, results=tuple(results), stdout=stdout, stderr=stderr, combined=combined,
         sanitizer_text=sanitizer_text, sanitizer=sanitizer, backend_ops=backend,
         aborts=tuple(parse_aborts(combined)), budget_s=budget_s,
-        launches=parse_launches(stdout) if launch_listed else (), launch_listed=launch_listed,
+        launches=parse_launches(stdout) if lister else (), launch_listed=bool(lister), launch_lister=lister,
         lines_cut=cut + cut_sanitizer, tail_only=tail_only,
     )
 
@@ -133,7 +136,7 @@ def observe_staleness(step: Step, stale: bool | None, detail: str) -> Observatio
 
 
 def observe_segment(step: Step, text: str, split: CaseSplit, segment: CaseSegment,
-                    launch_listed: bool = False) -> Observations:
+                    launch_listed: bool | str | None = False) -> Observations:
     """One case's share of a process that ran several (a scan batch), observed as if it
     had run alone: its own lines, its own findings, and the tool's count for them.
 
@@ -149,6 +152,7 @@ def observe_segment(step: Step, text: str, split: CaseSplit, segment: CaseSegmen
                          error_count=segment.error_count, not_printed=None, racecheck=None)
     backend = replace(split.backend_ops, cases=(segment.case,), running_case=None) if split.backend_ops else None
     sanitizer_text = "".join(line for line in own.splitlines(keepends=True) if MARKER in line)
+    lister = confirmed_listing(launch_listed, text)
     return Observations(step=step, results=(), stdout=own, stderr="", combined=own, sanitizer_text=sanitizer_text,
-                        sanitizer=report, backend_ops=backend, aborts=(), launches=segment.launches,
-                        launch_listed=launch_listed)
+                        sanitizer=report, backend_ops=backend, aborts=(),
+                        launches=segment.launches if lister else (), launch_listed=bool(lister), launch_lister=lister)

@@ -126,14 +126,14 @@ def _in_build_format(entry: Entry, build) -> Entry:
 
 def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
     """What `kvdiag show ID --build DIR` prints: each step's argv against that build."""
-    from kvdiag.engine.ranges import range_evidence
+    from kvdiag.engine.placement import tree_range_evidence
     from kvdiag.target.history import TreeHistory
 
     with tempfile.TemporaryDirectory(prefix="kvdiag-show-") as tmp:
         build = inspect_build(build_dir, log_dir=Path(tmp), check_staleness=False)
         entry = _in_build_format(entry, build)
-        presence = range_evidence(entry, TreeHistory(build.source_dir, Path(tmp)),
-                                  dirty=bool(build.git is not None and build.git.dirty))
+        presence = tree_range_evidence(entry, TreeHistory(build.source_dir, Path(tmp)),
+                                       dirty=bool(build.git is not None and build.git.dirty))
     out = []
     for step in entry.steps:
         item: dict[str, Any] = {"step": step.name, "problem": None, "argv": None, "shell": None}

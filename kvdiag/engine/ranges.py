@@ -36,7 +36,8 @@ from kvdiag.registry.ranges import GitRange
 from kvdiag.registry.repos import KNOWN_REPOS, known_repo, repo_label
 from kvdiag.target.history import TreeHistory
 
-__all__ = ["Identity", "evaluate_range", "identify", "look_up_commits", "range_evidence", "short"]
+__all__ = ["Identity", "combine_findings", "evaluate_range", "identify", "look_up_commits", "range_evidence",
+           "short"]
 
 SHORT = 9
 
@@ -215,6 +216,15 @@ def _affected_detail(rng: GitRange, intro: str, anc: _Ancestry) -> str:
 _ORDER = ("affected", "unknown", "fixed", "unaffected")
 
 
+def combine_findings(findings: tuple[RangeFinding, ...]) -> tuple[str, str, tuple[RangeFinding, ...]]:
+    """One status for several ranges (affected wins, then unknown, fixed, unaffected) and its detail."""
+    status = next(s for s in _ORDER if any(f.status == s for f in findings))
+    deciding = [f for f in findings if f.status == status]
+    several = len({f.repo for f in findings}) > 1
+    detail = "; ".join(f"{repo_label(f.repo)}: {f.detail}" if several else f.detail for f in deciding)
+    return status, detail, findings
+
+
 def look_up_commits(history: TreeHistory | None, entries: Iterable[Entry]) -> None:
     """Which commits of these entries' ranges (and the repositories' markers) the tree holds, asked of
     git in one process: a run or a sweep asks this once for all its entries."""
@@ -257,9 +267,7 @@ def _evidence(entry: Entry, history: TreeHistory | None, dirty: bool) -> RangeEv
         return RangeEvidence("unaffected", f"this tree is {', '.join(repo_label(u) for u in identity.repos)}; the "
                                            f"entry records the defect only in {named}", facts.head,
                              identity.describe(), notes=notes)
-    findings = tuple(evaluate_range(r, history) for r in applicable)
-    status = next(s for s in _ORDER if any(f.status == s for f in findings))
-    deciding = [f for f in findings if f.status == status]
-    several = len({f.repo for f in findings}) > 1
-    detail = "; ".join(f"{repo_label(f.repo)}: {f.detail}" if several else f.detail for f in deciding)
-    return RangeEvidence(status, detail, facts.head, identity.describe(), findings, notes)
+    status, detail, findings = combine_findings(tuple(evaluate_range(r, history) for r in applicable))
+    return RangeEvidence(status, detail, facts.head, identity.describe(), findings, notes,
+                         placement="git", placed=f"git commit {short(facts.head)}"
+                                                 + (" (shallow clone)" if facts.shallow else ""))

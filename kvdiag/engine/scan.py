@@ -120,7 +120,9 @@ class ScanResult:
             "cases": {p: {"verdict": a.verdict.value, "reason": a.reason, "error_count": a.evidence.error_count,
                           "sites": [s["site"] for s in a.evidence.sites],
                           "instantiations": list(a.evidence.instantiations),
-                          "duration_s": round(a.duration_s, 3), "device": dict(a.device) if a.device else None}
+                          "duration_s": round(a.duration_s, 3), "device": dict(a.device) if a.device else None,
+                          **({"launched": list(a.evidence.launched), "launch_listing": a.evidence.launch_listing}
+                             if a.evidence.launch_listing else {})}
                       for p, a in sorted(self.results.items())},
             "not_supported": list(self.space.not_supported),
             "not_run": [p for p in self.space.supported if p not in self.results],

@@ -18,7 +18,8 @@ launches differ from its route launches is listed (``launch_changes``). What rou
 findings of *other* defects in kernels outside the entry's family are not looked for in the
 cases that do not reach it (a scan without routing would make such a case inconclusive).
 
-Routing needs the launch probe's program (it lists launches), a sanitizer step (routing only
+Routing needs a listing of launches (the launch probe's program, or where its patch does not
+apply the build's own in test mode under kvdiag's CUPTI launch lister), a sanitizer step (routing only
 spares sanitizing), kernel regexes in the entry's signatures, and a step that runs several
 cases per process; without one of them the scan runs unrouted and says why in one line.
 
@@ -69,7 +70,7 @@ def why_not_routed(entry: Entry, program: dict[str, Any] | None, wanted: bool) -
         return f"{entry.id}'s scan step runs no sanitizer (routing only spares sanitizing)"
     if not family_patterns(entry):
         return f"{entry.id}'s sanitizer signatures name no kernel to route cases to"
-    if not program or program.get("path") != "launch":
+    if not program or program.get("path") not in ("launch", "test+cupti"):
         why = (program or {}).get("why") or "no launch probe"
         return f"the build's own test-backend-ops lists no kernel launches ({why})"
     if not batchable(step):
@@ -134,7 +135,8 @@ def run_phases(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpac
     routed, result = done.routed, done.result
     detect_phase = _phase(done.detected, result.processes, done.detect_wall_s)
     changes = launch_changes(routed.launched, result.results)
-    result.results = {**routed.routed, **result.results}
+    lister = "launch probe" if target.probe_program is not None else "CUPTI injection"
+    result.results = {**routed.routed, **with_route_launches(result.results, routed.launched, lister)}
     result.space = space
     result.processes += routed.processes
     result.interrupted = result.interrupted or routed.interrupted
@@ -180,6 +182,21 @@ def _not_routed_note(entry: Entry, why: str, batch_order: str) -> str:
 
 def _phase(cases: int, processes: int, wall_s: float) -> dict[str, Any]:
     return {"cases": cases, "processes": processes, "wall_s": round(wall_s, 3)}
+
+
+def with_route_launches(results: dict[str, Attempt], route_launched: dict[str, tuple[str, ...]],
+                        lister: str) -> dict[str, Attempt]:
+    """Each sanitized case that listed no launches of its own (the CUPTI lister cannot subscribe beside
+    compute-sanitizer: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, measured on an H100) named by what
+    the route phase saw it launch, saying so: the verdict still names its instantiations."""
+    out = dict(results)
+    for params, attempt in results.items():
+        launched = route_launched.get(params)
+        if launched and not attempt.evidence.launch_listing:
+            evidence = dataclasses.replace(attempt.evidence, launched=launched,
+                                           launch_listing=f"{lister} (route phase, without the sanitizer)")
+            out[params] = dataclasses.replace(attempt, evidence=evidence)
+    return out
 
 
 def launch_changes(route_launched: dict[str, tuple[str, ...]], results: dict[str, Attempt]) -> list[dict[str, Any]]:

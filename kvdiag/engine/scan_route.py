@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 from kvdiag.engine.devices import describe
 from kvdiag.engine.dispatch import dispatch
 from kvdiag.engine.execute import GateProvider, RunOptions, gpu_lease, launch_context, plan_step
-from kvdiag.engine.launch_program import program_for, with_program
+from kvdiag.engine.launch_program import lister_for, program_for, with_lister, with_program
 from kvdiag.engine.launch_proof import LaunchJudgement, judge_launch
 from kvdiag.engine.planning import TemplateProblem
 from kvdiag.engine.presence import with_range
@@ -51,11 +51,12 @@ from kvdiag.engine.scan_batch import batch_regex, batch_timeout, cases_per_patte
 from kvdiag.engine.target import Target
 from kvdiag.engine.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.case_segments import CaseSegment, split_cases
-from kvdiag.parse.launches import distinct_kernels
+from kvdiag.parse.launches import LISTER_READY, confirmed_listing, distinct_kernels
 from kvdiag.parse.text import strip_ansi
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.store.runs import RunDir
+from kvdiag.target.launch_lister import LISTER_NAME
 
 ROUTE_MAX_BATCH = 512     # cases per route process: a bare launch-mode case costs little, a process start much more
 ROUTE_ROUNDS = 3          # route processes a case may be dealt to before it goes to the detect phase unrouted
@@ -203,9 +204,14 @@ def route_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, nu
     except TemplateProblem as exc:
         return _unrouted(out, params, f"the route process could not be planned: {exc}")
     program = program_for(rstep, target)
-    if program is None:
-        return _unrouted(out, params, "the launch probe's program is not available to route with")
-    planned = with_program(planned, program, launch_mode=True)
+    library = lister_for(rstep, target) if program is None else None
+    if program is not None:
+        planned = with_program(planned, program, launch_mode=True)
+    elif library is not None:       # the user's program in test mode, its launches named by the CUPTI lister
+        planned = with_lister(planned, library)
+    else:
+        return _unrouted(out, params, "neither the launch probe's program nor the CUPTI launch lister is available "
+                                      "to route with")
     started = time.monotonic()
     try:
         with gpu_lease(entry, target, options):
@@ -222,19 +228,23 @@ def route_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, nu
         return _unrouted(out, params, f"its route process could not start: {exc}")
     wall = time.monotonic() - started
     text = strip_ansi(result.stdout_text())
+    if library is not None and confirmed_listing(LISTER_NAME, text) is None:
+        return _unrouted(out, params, f"the CUPTI launch lister did not say it was listing in {name} (no "
+                                      f"'{LISTER_READY}<version>' line): its cases are sanitized unrouted")
     split = split_cases(text, None)
     finished = split.backend_ops.finished and not result.timed_out
     context = launch_context(target, per_case=True)
     judge = _CaseJudge(entry, step, gate_provider, target.range_evidence(entry),
                        describe(options.device) if options.device is not None else None, wall / max(1, len(params)),
-                       str(run_dir.logs), result)
+                       str(run_dir.logs), result, LISTER_NAME if library is not None else "launch probe")
     missing: list[tuple[int, str]] = []
     for index, case in unit.cases:
         segment = split.segment(case)
         if segment is None:
             missing.append((index, case))
         elif segment.case.status != "OK":
-            out.unrouted[case] = f"{segment.case.status} in launch mode without {step.sanitizer} ({name})"
+            mode = "launch mode" if library is None else "test mode"
+            out.unrouted[case] = f"{segment.case.status} in {mode} without {step.sanitizer} ({name})"
         else:
             out.launched[case] = distinct_kernels(segment.launches)
             judged = judge_launch(entry, segment.launches, True, context, tool=step.sanitizer)
@@ -288,10 +298,12 @@ class _CaseJudge:
     share_s: float
     log_dir: str
     result: Any
+    lister: str = "launch probe"
 
     def attempt(self, index: int, segment: CaseSegment, judged: LaunchJudgement) -> Attempt:
         tool = self.step.sanitizer
-        ran = f"1 matching case(s) executed in launch mode without {tool} (1 OK)"
+        mode = "launch mode" if self.lister == "launch probe" else "test mode"
+        ran = f"1 matching case(s) executed in {mode} without {tool} (1 OK)"
         gate = self.gate_provider(tool)
         if not gate.allowed:
             verdict, reason = Verdict.INCONCLUSIVE, f"{ran}; not sanitized: {judged.text}, but {gate.reason}"
@@ -299,7 +311,7 @@ class _CaseJudge:
             verdict, reason = judged.verdict, f"{ran}; routed, not sanitized: {judged.text}"
             if verdict is Verdict.NOT_APPLICABLE:
                 reason = with_range(reason, self.presence)
-        evidence = Evidence(launched=distinct_kernels(segment.launches), launch_listing="launch probe (route phase)",
+        evidence = Evidence(launched=distinct_kernels(segment.launches), launch_listing=f"{self.lister} (route phase)",
                             launch_proof=judged.text, cases_matched=1, cases_executed=1, cases_failed=0,
                             cases_not_supported=0, last_finished_case=segment.case.params)
         command = dict(self.result.to_dict())

@@ -204,20 +204,35 @@ def choose_program(target, program: str, entry: Entry, progress: Progress) -> tu
     """The launch probe's test-backend-ops (GPU-only launch mode for sanitized cases) unless
     `--program plain`, or when it cannot be made: then the user's, saying why. Returns the target
     to scan with and the saved record of the choice (records.scan_program, every key present)."""
-    if program == "plain" or target.probe_program is None:
-        why = "--program plain" if program == "plain" else "no test-backend-ops or no kvdiag home"
-        return dataclasses.replace(target, probe_program=None), ScanProgram("plain", why).to_dict()
+    if program == "plain":
+        plain = dataclasses.replace(target, probe_program=None, launch_lister=None)
+        return plain, ScanProgram("plain", "--program plain").to_dict()
+    if target.probe_program is None:
+        return _listed_by_cupti(target, "no test-backend-ops or no kvdiag home", None, progress)
     progress.say("preparing the launch probe's test-backend-ops (one file recompiled, relinked against this "
                  "build; kept for the next scan)")
     made = target.probe_program()
     probe = ProbeBuild.from_dict(made.to_dict())
     if not made.available:
-        progress.say(f"running the build's own test-backend-ops: {made.describe()}")
-        return dataclasses.replace(target, probe_program=None), ScanProgram("plain", made.why_not, probe).to_dict()
+        return _listed_by_cupti(target, made.why_not, probe, progress, made.describe())
     mode = "launch mode (GPU only, no CPU reference)" if scan_step(entry).sanitizer else "test mode"
     progress.say(f"{made.describe()}; cases run in {mode}, every kernel launch listed")
     path = "launch" if scan_step(entry).sanitizer else "test+launches"
     return target, ScanProgram(path, None, probe).to_dict()
+
+
+def _listed_by_cupti(target, why: str | None, probe: ProbeBuild | None, progress: Progress,
+                     said: str | None = None) -> tuple[Any, dict]:
+    """The build's own test-backend-ops, its launches listed by the CUPTI lister when it can be built
+    (path "test+cupti": it needs no source, so it works where the probe's patch does not apply)."""
+    plain = dataclasses.replace(target, probe_program=None)
+    library = target.launch_lister() if target.launch_lister is not None else None
+    if library is None or not library.available:
+        progress.say(f"running the build's own test-backend-ops: {said or why}")
+        return plain, ScanProgram("plain", why if library is None else f"{why}; {library.why_not}", probe).to_dict()
+    progress.say(f"running the build's own test-backend-ops ({said or why}); every kernel launch listed by kvdiag's "
+                 f"CUPTI launch lister")
+    return plain, ScanProgram("test+cupti", why, probe).to_dict()
 
 
 def kernel_groups(entry: Entry, target, result: ScanResult) -> dict:

@@ -42,6 +42,7 @@ class Target:
     history: Any = None            # TreeHistory of the build's source tree (git asked only when a range is)
     probe_program: Callable[[], Any] | None = None        # the launch probe's test-backend-ops (ProbeProgram)
     kernel_symbols: Callable[[], Any] | None = None       # the build's kernel listing (KernelSymbols)
+    launch_lister: Callable[[], Any] | None = None        # kvdiag's CUPTI launch lister (LauncherLibrary), built once
 
     @property
     def gpu(self):
@@ -66,10 +67,10 @@ class Target:
 
     def range_evidence(self, entry) -> Any:
         """What the entry's affected ranges say about this build's source tree (memoised)."""
-        from kvdiag.engine.ranges import range_evidence
+        from kvdiag.engine.placement import tree_range_evidence
 
         git = self.build.git if self.build is not None else None
-        return range_evidence(entry, self.history, dirty=bool(git is not None and git.dirty))
+        return tree_range_evidence(entry, self.history, dirty=bool(git is not None and git.dirty))
 
     def device_key(self) -> str:
         device = self.first_device
@@ -137,9 +138,15 @@ def prepare_target(build_dir: Path | None, *, log_dir: Path, sanitizer: Path | N
         probe_program = once(lambda: _probe_program(build_dir, program, home, log_dir))
     if build_dir is not None and build is not None and build.cuda:
         symbols = once(lambda: _kernel_symbols(build_dir, program, home, log_dir))
+    lister = None
+    if build is not None and build.cuda and home is not None:
+        from kvdiag.target.launch_lister import build_lister
+
+        lister = once(lambda: build_lister(home, log_dir=log_dir))
     history = TreeHistory(build.source_dir if build is not None else None, log_dir)
     return Target(build=build, environment=environment, sanitizer=found_sanitizer, backend_ops=backend_ops,
-                  server_help=server_help, history=history, probe_program=probe_program, kernel_symbols=symbols)
+                  server_help=server_help, history=history, probe_program=probe_program, kernel_symbols=symbols,
+                  launch_lister=lister)
 
 
 def once(compute: Callable[[], Any]) -> Callable[[], Any]:

@@ -21,6 +21,11 @@ from kvdiag.parse.sanitizer import split_signature
 from kvdiag.parse.text import cut_long_lines
 
 LAUNCH_MARKER = "kvdiag-launch: "
+#: the CUPTI launch lister's first line (repro/launches/kvdiag_launches.cpp): without it, nothing was listed.
+#: When CUPTI refuses it, it writes "kvdiag-launch-lister: not listing: <why>" instead (on stderr).
+LISTER_READY = "kvdiag-launch-lister: cupti "
+_READY_LINE = re.compile(r"^kvdiag-launch-lister: cupti \d+\s*$", re.M)
+PROBE_LISTER = "launch probe"
 _INT_CAST = re.compile(r"^\((?:unsigned )?(?:int|long|long long|short|char|unsigned|size_t|int64_t|uint32_t)\)"
                        r"(-?\d+)[uUlL]*$")
 _BOOL_CAST = re.compile(r"^\(bool\)([01])$")
@@ -81,3 +86,16 @@ def parse_launches(text: str) -> tuple[Launch, ...]:
 def distinct_kernels(launches) -> tuple[str, ...]:
     """The canonical kernels launched, first launch first, each once."""
     return tuple(dict.fromkeys(launch.kernel for launch in launches))
+
+
+def confirmed_listing(lister: str | bool | None, text: str) -> str | None:
+    """Which lister listed this output's launches, or None when none did. The launch probe is compiled
+    into the program and always lists when asked; the CUPTI lister lists only where it said it was
+    subscribed (another tool may hold CUPTI, or take the injection slot), so that a run it never saw
+    is not read as one that launched nothing."""
+    if not lister:
+        return None
+    name = PROBE_LISTER if lister is True else str(lister)
+    if name != PROBE_LISTER and not _READY_LINE.search(text):
+        return None
+    return name

@@ -13,6 +13,11 @@ sweep's outcomes); formatters only read it. ``status`` is one of:
 - ``none``: the entry has no range at all (a build or toolchain defect).
 
 Only ``fixed`` and ``unaffected`` say the defect cannot be in the tree's source.
+
+``placement`` says how the tree was placed in a history (``PLACEMENTS``): ``git``
+(its own checked-out commit), ``history`` (its commit or its files' blobs found in a
+clone the user named), ``index`` (its files' blobs in the index kvdiag ships),
+``stamp`` (ggml's version stamp) or ``unplaced``; ``placed`` says it in words.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["RANGE_STATUSES", "RangeEvidence", "RangeFinding"]
+__all__ = ["PLACEMENTS", "RANGE_STATUSES", "RangeEvidence", "RangeFinding"]
 
 RANGE_STATUSES = ("affected", "fixed", "unaffected", "unknown", "none")
+PLACEMENTS = ("git", "history", "index", "stamp", "unplaced")
 
 _PHRASE = {"affected": "affected by range", "fixed": "fixed by range", "unaffected": "outside the range",
            "unknown": "range unknown", "none": "no range"}
@@ -55,6 +61,8 @@ class RangeEvidence:
     tree: str | None = None                   # what the tree was identified as, and by what
     findings: tuple[RangeFinding, ...] = ()   # each range evaluated
     notes: tuple[str, ...] = ()
+    placement: str | None = None              # how the tree was placed (PLACEMENTS); None: not asked
+    placed: str | None = None                 # the same in words: "git commit d99724f2", "blob match of …"
 
     @property
     def says_absent(self) -> bool:
@@ -68,20 +76,25 @@ class RangeEvidence:
     @property
     def summary(self) -> str:
         """One line for a verdict: ``affected by range (introduced 0, fixed 85f99dca8 not an ancestor of …)``."""
-        return f"{_PHRASE.get(self.status, self.status)} ({self.detail})" if self.detail else _PHRASE[self.status]
+        said = f"{_PHRASE.get(self.status, self.status)} ({self.detail})" if self.detail else _PHRASE[self.status]
+        # a git tree's own commit is already in the detail ("… not an ancestor of b4e3dc613")
+        return f"{said}; placed by {self.placed}" if self.placed and self.placement not in ("git", "unplaced") else said
 
     @property
     def short(self) -> str:
         """A table cell: the status word and the commit judged."""
-        return f"{self.status} @{self.head[:9]}" if self.head and self.status not in ("none",) else self.status
+        word = f"{self.status} @{self.head[:9]}" if self.head and self.status not in ("none",) else self.status
+        return f"{word} [{self.placement}]" if self.placement and self.status != "none" else word
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "summary": self.summary, "detail": self.detail, "head": self.head,
-                "tree": self.tree, "findings": [f.to_dict() for f in self.findings], "notes": list(self.notes)}
+                "tree": self.tree, "findings": [f.to_dict() for f in self.findings], "notes": list(self.notes),
+                "placement": self.placement, "placed": self.placed}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RangeEvidence":
         return cls(status=str(data.get("status", "unknown")), detail=str(data.get("detail", "")),
                    head=data.get("head"), tree=data.get("tree"),
                    findings=tuple(RangeFinding.from_dict(f) for f in data.get("findings") or ()),
-                   notes=tuple(str(n) for n in data.get("notes") or ()))
+                   notes=tuple(str(n) for n in data.get("notes") or ()),
+                   placement=data.get("placement"), placed=data.get("placed"))

@@ -39,7 +39,8 @@ class ProbeBuild:
 @dataclass(frozen=True)
 class ScanProgram:
     """``path``: "launch" (the probe's program in launch mode), "test+launches" (its test mode, launches
-    listed) or "plain" (the build's own); ``why``: why the build's own ran; ``probe``: the probe's program
+    listed), "test+cupti" (the build's own in test mode, launches listed by kvdiag's CUPTI lister) or
+    "plain" (the build's own, unlisted); ``why``: why the build's own ran; ``probe``: the probe's program
     when kvdiag made or tried to make it."""
 
     path: str

@@ -14,6 +14,7 @@ range starts no git process for them.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,10 @@ from typing import Callable, Iterable
 
 from kvdiag.proc.runner import CommandNotFound, run_command
 
-__all__ = ["HistoryFacts", "TreeHistory"]
+__all__ = ["HISTORY_ENV", "HistoryFacts", "TreeHistory", "reference_history"]
+
+#: a clone or mirror (``--history REPO``) where a tree without usable git history is placed by its files
+HISTORY_ENV = "KVDIAG_HISTORY"
 
 GIT_TIMEOUT_S = 30.0
 # A partial clone (--filter) fetches an object it lacks from its promisor remote on first use, even
@@ -53,6 +57,7 @@ class TreeHistory:
         self._facts: HistoryFacts | None = None
         self._answers: dict[tuple[str, ...], bool | None] = {}
         self.memo: dict[str, object] = {}     # for callers' derived answers (the range evidence of an entry)
+        self.reference: Path | None = reference_history()
 
     # ------------------------------------------------------------------ the facts
 
@@ -149,3 +154,9 @@ class TreeHistory:
         if result.timed_out:
             return None
         return result
+
+
+def reference_history() -> Path | None:
+    """The history ``--history`` (``$KVDIAG_HISTORY``) names, where a tree without its own is placed."""
+    named = os.environ.get(HISTORY_ENV, "").strip()
+    return Path(named) if named else None

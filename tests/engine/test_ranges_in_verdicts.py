@@ -152,7 +152,9 @@ def test_a_shallow_clone_is_unknown_and_so_inconclusive(kv, d11, history, tmp_pa
     clone = repo.shallow_clone(tmp_path / "depth1", branch="b9584", depth=1, origin=LLAMA_URL)
     o = run(kv, d11, build_on(kv, clone)).outcome
     assert o.verdict is Verdict.INCONCLUSIVE
-    assert o.range.summary == f"range unknown (shallow clone: {short(D11_FIX)} is not in the fetched history)"
+    assert o.range.summary.startswith(f"range unknown (shallow clone: {short(D11_FIX)} is not in the fetched history; "
+                                      f"not placed otherwise: ")
+    assert o.range.placement == "unplaced"
     assert o.reason == (f"not exercised by this build's tests, and nothing shows the defect absent: {NO_F16_CASE}; "
                         f"{o.range.summary}; {HINT}")
 
@@ -173,7 +175,7 @@ def test_a_tree_without_git_is_unknown_and_so_inconclusive(kv, d11, history, tmp
     plain = repo.exported(tmp_path / "b9584-tarball", "b9584")
     o = run(kv, d11, build_on(kv, plain)).outcome
     assert o.verdict is Verdict.INCONCLUSIVE
-    assert o.range.summary == f"range unknown (no .git: {plain} is not a git checkout)"
+    assert o.range.summary.startswith(f"range unknown (no .git: {plain} is not a git checkout; not placed otherwise: ")
 
 
 # ------------------------------------------------------------------ a source fact against the range

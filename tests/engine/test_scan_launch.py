@@ -126,6 +126,7 @@ def test_the_scans_sarif_is_valid_sarif_2_1_0(both):
 class _Target:
     probe_program: object = None
     build: object = None
+    launch_lister: object = None
 
 
 def test_the_scan_chooses_the_probes_program_or_says_why_not(d2):

@@ -366,15 +366,20 @@ def cli_scan(kv, monkeypatch):
     from kvdiag.cli import main
     from test_scan import scan_entry_body
 
+    from kvdiag.target.launch_lister import LauncherLibrary
+
     real = session.prepare_target
-    made = {"probe": True}
+    made = {"probe": True, "lister": False}
+    library = kv.root / "libkvdiag_launches.so"        # the stand-in program acts as if it were loaded
+    library.write_text("")
 
     def prepare(*args, **kwargs):
         target = real(*args, **kwargs)
         program = ProbeProgram("test-backend-ops-launch", target.build.build_dir / "bin" / "test-backend-ops") \
             if made["probe"] else ProbeProgram("test-backend-ops-launch", why_not="not a ninja build")
+        lister = LauncherLibrary(library) if made["lister"] else LauncherLibrary(None, "KVDIAG_LAUNCH_LISTER=0")
         return dataclasses.replace(target, environment=dataclasses.replace(target.environment, gpu=fake_gpu()),
-                                   probe_program=lambda: program)
+                                   probe_program=lambda: program, launch_lister=lambda: lister)
 
     monkeypatch.setattr(session, "prepare_target", prepare)
     monkeypatch.setattr(session, "controls_gate_provider", lambda home, target, log_dir: gate_with(ALLOWED))
@@ -383,12 +388,31 @@ def cli_scan(kv, monkeypatch):
     (build / "case-space.txt").write_text("\n".join([*OK_CASES[:2], *VEC_CASES[:2], *DIVERGING][:7]) + "\n")
     sanitizer = kv.sanitizer()
 
-    def run(*argv, probe=True):
-        made["probe"] = probe
+    def run(*argv, probe=True, lister=False):
+        made["probe"], made["lister"] = probe, lister
         return main(["--registry", str(kv.registry_dir), "scan", "D929", "--build", str(build), "--sanitizer",
                      str(sanitizer), "-j", "2", *argv])
 
     return run
+
+
+def test_without_the_probe_the_cupti_lister_routes_and_names_each_cases_kernels(cli_scan, capsys, kv):
+    """ggml v0.9.7's test-backend-ops takes no launch probe patch: the build's own program routes in
+    test mode under the CUPTI lister, and the sanitized cases are named by what the route saw."""
+    import json
+
+    from kvdiag.parse.launches import canonical
+
+    assert cli_scan("--format", "json", probe=False, lister=True) == 1
+    scan = json.loads(capsys.readouterr().out)
+    assert scan["program"]["path"] == "test+cupti" and scan["program"]["why"] == "not a ninja build"
+    assert scan["phases"]["path"] == "routed" and scan["phases"]["route"]["not_reached"] == 2
+    listings = {c.get("launch_listing") for c in scan["cases"].values()}
+    assert listings == {"CUPTI injection (route phase)", "CUPTI injection (route phase, without the sanitizer)"}
+    confirmed = [c for c in scan["cases"].values() if c["verdict"] == "confirmed"]
+    assert confirmed and all(c["launched"] == [canonical(c["instantiations"][-1])] for c in confirmed)
+    build = next(p for p in kv.root.rglob("modes.log"))
+    assert "launch" not in build.read_text().split()            # the build's own program has no launch mode
 
 
 def test_the_cli_routes_by_default_and_says_why_when_it_cannot(cli_scan, capsys):
@@ -404,6 +428,7 @@ def test_the_cli_routes_by_default_and_says_why_when_it_cannot(cli_scan, capsys)
     assert {p: c["verdict"] for p, c in routed["cases"].items()} == {p: c["verdict"] for p, c in direct["cases"].items()}
     assert cli_scan(probe=False) == 1
     out, err = capsys.readouterr()
-    assert ("kvdiag: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build); "
-            "every case runs under the sanitizer") in err
-    assert "phases: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build)" in out
+    assert ("kvdiag: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build; "
+            "KVDIAG_LAUNCH_LISTER=0); every case runs under the sanitizer") in err
+    assert ("phases: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build; "
+            "KVDIAG_LAUNCH_LISTER=0)") in out

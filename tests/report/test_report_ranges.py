@@ -136,3 +136,34 @@ def test_sarif_and_junit_with_ranges_still_validate_against_the_official_schemas
     sarif = json.loads((schemas / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
     jsonschema.Draft4Validator(sarif).validate(json.loads(SweepFormat.SARIF.to_formatter().format(sweep)))
     xmlschema.XMLSchema(str(schemas / "junit-10.xsd")).validate(SweepFormat.JUNIT.to_formatter().format(sweep))
+
+
+def test_the_table_says_how_each_tree_was_placed():
+    """A tarball's range is placed by its files (engine.placement): the range column and line say so."""
+    placed = RangeEvidence("fixed", "da7d1472d is an ancestor of ee401c8b6 (the same at each of ee401c8b6, d99724f2b)",
+                           None, "ggml (shipped index (ggml history at d99724f2b))", placement="index",
+                           placed="blob match of 6 file(s) (…) against the shipped index (ggml history at d99724f2b): "
+                                  "ee401c8b6 (2026-08-20) .. d99724f2b (2026-08-21) (4 commits)")
+    git = RangeEvidence("affected", "introduced 0208355f4 is an ancestor of e25a32e98, no fix recorded", HEAD,
+                        placement="git", placed="git commit e25a32e98")
+    sweep = make_sweep([ranged(d2_outcome(), git),
+                        ranged(simple("D11", Verdict.NOT_APPLICABLE, "fixed by range"), placed)])
+    lines = SweepFormat.TABLE.to_formatter().format(sweep).splitlines()
+    cells = {line.split()[0]: " ".join(line.split()[3:5]) for line in lines if line.startswith(("D2 ", "D11 "))
+             and " range: " not in line}
+    assert cells == {"D2": "affected [git]", "D11": "fixed [index]"}
+    assert ("D11 range: fixed by range (da7d1472d is an ancestor of ee401c8b6 (the same at each of ee401c8b6, "
+            "d99724f2b)); placed by blob match of 6 file(s) (…) against the shipped index") in "\n".join(lines)
+
+
+def test_a_verdict_says_how_a_git_tree_was_placed(tmp_path):
+    from pathlib import Path
+
+    from kvdiag.registry.loader import load_registry
+
+    entry = load_registry(Path(__file__).resolve().parents[2] / "registry").get("D11")
+    placed = RangeEvidence(D11_RANGE.status, D11_RANGE.detail, HEAD, D11_RANGE.tree, D11_RANGE.findings,
+                           placement="git", placed="git commit e25a32e98")
+    text = render_outcome(ranged(simple("D11", Verdict.INCONCLUSIVE, D11_REASON), placed), entry, tmp_path)
+    assert ("  range: affected by range (introduced 0, fixed 85f99dca8 not an ancestor of e25a32e98)\n"
+            "  placed by: git commit e25a32e98\n") in text

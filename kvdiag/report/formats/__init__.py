@@ -165,6 +165,7 @@ class EntryView:
     device: str | None = None                     # "1 NVIDIA H200": the GPU whose worker produced it
     range: str | None = None                      # what the affected ranges say: "fixed by range (85f99dca8 is …)"
     range_status: str | None = None               # its status word: affected | fixed | unaffected | unknown | none
+    range_placed: str | None = None               # how the tree was placed: git | history | index | stamp | unplaced
     launched: tuple[str, ...] = ()                # kernels the launch probe saw start (canonical)
     launch_proof: str | None = None               # the launch-proof gate's words (engine.launch_proof)
 
@@ -210,6 +211,7 @@ def entry_view(outcome: SweepOutcome) -> EntryView:
         device=device_label(outcome.device),
         range=printable(outcome.range.summary) if outcome.range is not None else None,
         range_status=outcome.range.status if outcome.range is not None else None,
+        range_placed=outcome.range.placement if outcome.range is not None else None,
         launched=tuple(printable(k) for k in getattr(ev, "launched", ())),
         launch_proof=_optional(getattr(ev, "launch_proof", None)),
     )

@@ -20,7 +20,7 @@ class TableFormat(SweepFormatter):
     def format(self, sweep: Sweep) -> str:
         t = printable_summary(target_summary(sweep.target))
         views = entry_views(sweep)
-        rows = [(v.id, v.verdict, v.k_of_n, v.range_status or "-", v.key_evidence, f"{v.duration_s:.1f} s")
+        rows = [(v.id, v.verdict, v.k_of_n, range_cell(v), v.key_evidence, f"{v.duration_s:.1f} s")
                 for v in views]
         headers = HEADERS
         if t.gpu_count > 1 and any(v.device for v in views):
@@ -42,6 +42,13 @@ class TableFormat(SweepFormatter):
         lines += held_back_lines(v.reason for v in inconclusive)
         lines += range_lines(views)
         return "\n".join(lines) + "\n"
+
+
+def range_cell(view) -> str:
+    """The range column: the status and how the tree was placed (``affected [index]``, ``fixed [git]``)."""
+    if not view.range_status:
+        return "-"
+    return f"{view.range_status} [{view.range_placed}]" if view.range_placed else view.range_status
 
 
 def range_lines(views) -> list[str]:

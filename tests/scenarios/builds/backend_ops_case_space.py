@@ -20,7 +20,9 @@ the real printer). `test` mode runs the cases `-p` selects (kvdiag's scan select
 `launch` mode (the launch probe's, probes/test-backend-ops-launch.patch) runs them the same
 way; with KVDIAG_PRINT_LAUNCHES set a case prints the probe's `kvdiag-launch:` line of its
 kernel before it runs (nb=3 and nb=32 cases: the MMA kernel whose instantiation follows nr23),
-and every process appends its mode to `<build>/modes.log`. A case that runs under the
+and every process appends its mode to `<build>/modes.log`. With CUDA_INJECTION64_PATH set it
+behaves as the program did under kvdiag's CUPTI lister on an H100: the lister's ready line, then
+the launch lines, and beside the sanitizer a refusal on stderr and no launch line. A case that runs under the
 sanitizer appends its parameters to `<build>/sanitized.log` (what a routed scan must spare).
 
 For the tests, every test-mode process records itself: its `-p` pattern is appended to
@@ -195,9 +197,24 @@ VEC_LAUNCHES = ("void flash_attn_ext_vec<256, 1, (ggml_type)1, (ggml_type)1, fal
                 "void flash_attn_combine_results<256>(float const*, float2 const*, float*, int)")
 
 
+def cupti_lister_listing() -> bool:
+    """As kvdiag's CUPTI lister did on an H100 (tests/fixtures/device/h100-launch-lister): named in
+    CUDA_INJECTION64_PATH it prints its ready line first and then lists; beside compute-sanitizer CUPTI
+    refuses it, and it says so on stderr and lists nothing."""
+    if not os.environ.get("CUDA_INJECTION64_PATH"):
+        return False
+    if fakeops.under_sanitizer():
+        fakeops.err("kvdiag-launch-lister: not listing: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED")
+        return False
+    fakeops.out("kvdiag-launch-lister: cupti 130001")
+    return True
+
+
 def launch_line(params: str) -> None:
     if not os.environ.get("KVDIAG_PRINT_LAUNCHES"):
         return
+    if os.environ.get("CUDA_INJECTION64_PATH") and fakeops.under_sanitizer():
+        return                                     # the lister was refused: nothing is listed
     if param(params, "nb") in ("3", "32"):
         c1, c2 = ("4", "4") if param(params, "nr23") == "[4,1]" else ("8", "1")
         fakeops.out("kvdiag-launch: " + LAUNCH.format(c1=c1, c2=c2))
@@ -217,6 +234,7 @@ def test_mode() -> None:
     log_invocation()
     with open(fakeops.BUILD / "modes.log", "a") as fh:
         fh.write(sys.argv[1] + "\n")
+    cupti_lister_listing()
     fakeops.header()
     selected = fakeops.selected(cases())
     passed = 0
