@@ -116,7 +116,7 @@ def test_each_candidate_run_is_the_tree_and_the_entrys_command(registry, runs, k
 
 def test_the_device_said_confirmed_on_the_old_tree_and_not_reproduced_on_the_new():
     for (entry_id, tree), run_id in CANDIDATE_RUNS.items():
-        verdict = json.loads((SESSION / f"run-candidates-{entry_id}-{tree}.json").read_text())
+        verdict = json.loads((SESSION / f"verdict-candidates-{entry_id}-{tree}.json").read_text())
         assert verdict["verdict"] == ("confirmed" if tree == "old" else "not-reproduced"), (entry_id, tree)
 
 
