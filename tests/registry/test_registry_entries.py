@@ -16,7 +16,7 @@ import pytest
 from kvdiag.engine.planning import render_step, template_context
 from kvdiag.registry.loader import load_registry
 
-IDS = [f"D{n}" for n in range(1, 14)]
+IDS = [f"D{n}" for n in range(1, 17)]
 
 # id -> (default step kind, signature matcher types in order)
 DEFAULT_KIND_AND_SIGNATURE = {
@@ -33,6 +33,9 @@ DEFAULT_KIND_AND_SIGNATURE = {
     "D11": ("backend-ops", ["abort", "output"]),
     "D12": ("command", ["exit"]),
     "D13": ("build-check", ["stale"]),
+    "D14": ("backend-ops", ["sanitizer"]),
+    "D15": ("backend-ops", ["sanitizer"]),
+    "D16": ("backend-ops", ["sanitizer"]),
 }
 
 BACKEND_OPS_ARGV = ("{{ bin['test-backend-ops'] }}", "test", "-o", "{{ op }}", "-b", "{{ backend }}", "-p", "{{ params }}")
@@ -78,7 +81,7 @@ def concat_case_strings() -> list[str]:
 
 # --------------------------------------------------------------------------- loading
 
-def test_registry_loads_thirteen_entries_without_problems(registry):
+def test_registry_loads_sixteen_entries_without_problems(registry):
     assert [str(p) for p in registry.problems] == []
     assert [e.id for e in registry.entries] == IDS
 

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from kvdiag.engine.ranges import evaluate_range
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.ranges import GitRange, range_problems
 from kvdiag.registry.repos import BEELLAMA, GGML, KNOWN_REPOS, LLAMA_CPP, known_repo, normalize_url
+from kvdiag.target.history import HistoryFacts
 
 ROOT = Path(__file__).resolve().parents[2]
 HISTORY = json.loads((ROOT / "tests" / "fixtures" / "ranges" / "history.json").read_text())
@@ -142,3 +144,36 @@ def test_every_entry_of_a_repository_defect_has_a_range(registry):
     assert without == ["D12", "D13", "D6"]
     assert all(registry.get(i).owner in ("build", "toolchain") or registry.get(i).status == "unconfirmed"
                for i in without)
+
+
+# ------------------------------------------------------------------ D14-D16: the trees of device session 15
+
+class RecordedTree:
+    """A tree's history as record.py saw it (HEAD, and which range commits it descends from), asked the
+    questions kvdiag.engine.ranges asks a clone; a complete clone, so an absent commit is no ancestor."""
+
+    def __init__(self, clone: str, label: str):
+        tree = HISTORY["trees"][clone][label]
+        self.head, self.has = tree["head"], tree["has"]
+
+    def facts(self) -> HistoryFacts:
+        return HistoryFacts(head=self.head, why_none=None)
+
+    def has_commit(self, commit: str) -> bool:
+        return commit in self.has or commit == self.head
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        assert newer == self.head, "the ranges of D14-D16 have one introduced commit: only HEAD is asked"
+        return older == newer or self.has[older]
+
+
+@pytest.mark.parametrize("entry_id", ["D14", "D15", "D16"])
+@pytest.mark.parametrize("clone, inside, past", [("ggml", "v0.9.7", "d99724f2"), ("llama.cpp", "b8032", "775450a68")])
+def test_session_15s_trees_are_inside_and_past_each_new_entrys_range(registry, entry_id, clone, inside, past):
+    """The device pair of h100-session15: ggml v0.9.7 (confirmed) inside each range, d99724f2
+    (not-reproduced) past its fix; in llama.cpp the release of the same weeks, b8032, inside and the
+    fork's head past the fix."""
+    (rng,) = [r for r in registry.get(entry_id).ranges if (r.repo == GGML) == (clone == "ggml")]
+    assert evaluate_range(rng, RecordedTree(clone, inside)).status == "affected"
+    fixed = evaluate_range(rng, RecordedTree(clone, past))
+    assert fixed.status == "fixed" and fixed.detail.startswith(f"{rng.fixed[0][:9]} is an ancestor of ")
