@@ -168,3 +168,63 @@ def test_no_machine_path_is_left_in_the_fixture():
         if path.is_file():
             text = read_gz(path) if path.suffix == ".gz" else path.read_text()
             assert "/tmp/kv" not in text, path.name
+
+
+# ------------------------------------------------------------------ the drafts discover wrote, judged again
+
+def _draft_attempt(runs: Path, entry_id: str, run_id: str, tree: str):
+    """A draft's recorded run on the device, judged again with the draft as discover wrote it."""
+    from test_recorded_h100_session15 import NEW, OLD, new_tree_symbols, recorded_result, run_json
+
+    from kvdiag.controls.gate import Gate
+    from kvdiag.engine.judge import judge_attempt
+    from kvdiag.engine.launch_proof import LaunchContext
+    from kvdiag.engine.observe import observe
+    from kvdiag.registry.loader import load_registry
+
+    entry = load_registry(FIXTURE / "drafts").get(entry_id)
+    logs = runs / run_id / "logs"
+    obs = observe(entry.default_step, [recorded_result(logs)], [logs / "fast-1.sanitizer.log"])
+    recorded = run_json(runs, run_id)["outcome"]["attempts"][0]["evidence"]
+    symbols = new_tree_symbols(recorded.get("launched") or [])
+    launch = LaunchContext(symbols=lambda: symbols, commit=OLD if tree == "old" else NEW)
+    return judge_attempt(entry, obs, Gate(True, "racecheck control passed"), 1, 1.0, launch=launch)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> Path:
+    import tarfile
+
+    root = tmp_path_factory.mktemp("h100-session15-drafts")
+    with tarfile.open(FIXTURE.parent / "store.tar.gz") as archive:
+        archive.extractall(root, filter="data")
+    return root / "runs"
+
+
+def test_the_block_reduce_draft_confirms_its_recorded_log_on_the_tree_it_was_found_on(stores):
+    attempt = _draft_attempt(stores, "D14", "20261206-114455.313360-0002-D14", "old")
+    assert attempt.verdict.value == "confirmed", attempt.reason
+    assert any("common.cuh:606" in line for line in attempt.evidence.quoted)
+
+
+def test_the_block_reduce_draft_is_not_reproduced_past_the_fix_not_not_applicable(stores):
+    """On the device this run said not-applicable ("this build contains no kernel the entry is about
+    (kernels matching /^block_reduce$/)"): the launch-proof gate took an inlined device function for a
+    kernel (issue #41). The same logs, judged again, are not-reproduced: the case ran clean."""
+    device = json.loads((FIXTURE.parent / "verdict-drafts-D14-new.json").read_text())
+    assert device["verdict"] == "not-applicable" and "^block_reduce$" in device["reason"]
+    attempt = _draft_attempt(stores, "D14", "20261206-114458.098156-0002-D14", "new")
+    assert attempt.verdict.value == "not-reproduced", attempt.reason
+
+
+def test_kvdiag_report_writes_the_upstream_report_of_a_drafts_run(stores, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from kvdiag.cli import main
+
+    home = tmp_path / "home"
+    shutil.copytree(stores / "20261206-114455.313360-0002-D14", home / "runs" / "20261206-114455.313360-0002-D14")
+    monkeypatch.setenv("KVDIAG_HOME", str(home))
+    assert main(["--registry", str(FIXTURE / "drafts"), "report", "D14"]) == 0
+    report = capsys.readouterr().out
+    assert "block_reduce" in report and "common.cuh:606" in report and "confirmed" in report

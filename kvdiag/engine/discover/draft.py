@@ -153,7 +153,7 @@ def _signature(root: Mapping[str, Any], path: str, abort: bool) -> list[str]:
         return ['type = "abort"', 'step = "fast"', f"kind = {toml_string(root['kind'][len(ABORT) + 1:])}",
                 f"message = {toml_literal(re.escape(head).replace(chr(92) + ' ', ' '))}"]
     site = toml_literal(re.escape(path.rsplit("/", 1)[-1]) + SITE_LINE)
-    kernel = toml_literal("^" + re.escape(root["function"]) + "$")
+    kernel = toml_literal("^" + re.escape(root["function"]) + "(<|$)")   # racecheck prints the bare name, listings add <args>
     return ['type = "sanitizer"', 'step = "fast"', f'tool = "{root["tool"]}"', f'kind = "{root["kind"]}"',
             f"site = {site}", f"kernel = {kernel}", "min_count = 1"]
 
