@@ -3,7 +3,7 @@
 A build's output is not under kvdiag's control. Issue 43 measured one 10 MB line without a
 blank still being judged after 11 minutes, and 10 MB of 1023-character lines taking 33 s,
 because one test-backend-ops pattern searched with a leading ``\\S+``. This judges, the way
-`kvdiag run` does after a step (kvdiag.engine.observe, then kvdiag.engine.judge against
+`kvdiag run` does after a step (kvdiag.engine.evidence.observe, then kvdiag.engine.verdict.judge against
 registry entry D1, a test-backend-ops step with an abort and an output signature), three
 outputs of the same size:
 
@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kvdiag.controls.gate import Gate  # noqa: E402
-from kvdiag.engine.judge import judge_attempt  # noqa: E402
-from kvdiag.engine.observe import observe  # noqa: E402
+from kvdiag.engine.verdict.judge import judge_attempt  # noqa: E402
+from kvdiag.engine.evidence.observe import observe  # noqa: E402
 from kvdiag.registry.loader import load_registry  # noqa: E402
 
 GOAL_RATIO = 2.0

@@ -26,7 +26,7 @@ from kvdiag.commands.scan_options import scan_path_options
 from kvdiag.help_text import add_help_blocks, exit_code_lines
 from kvdiag.registry.loader import Registry, load_registry
 from kvdiag.registry.schema import STATUSES
-from kvdiag.target.history import HISTORY_ENV
+from kvdiag.workspace.history import HISTORY_ENV
 from kvdiag.text import clip
 
 EXIT_HELP = "\n".join(exit_code_lines((int(code), text) for code, text in EXIT_CODE_TABLE))
@@ -68,7 +68,7 @@ def cli(ctx: click.Context, registry_dir: Path | None, history_repo: Path | None
       kvdiag run D2 --build BUILD    one verdict, with the output behind it
       kvdiag doctor                  prove the sanitizer tools work here
     """
-    if history_repo is not None:        # every command's target reads it from there (kvdiag.target.history)
+    if history_repo is not None:        # every command's target reads it from there (kvdiag.workspace.history)
         os.environ[HISTORY_ENV] = str(history_repo.resolve())
     ctx.obj = Context(registry_dir)
 
@@ -168,7 +168,7 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
     no mismatch, 65 with any.
     """
     from kvdiag.registry.verify import verify_entries
-    from kvdiag.target.tree import Tree
+    from kvdiag.workspace.tree import Tree
 
     if not source.is_dir():
         raise UsageError(f"--source {source} is not a folder")
@@ -237,7 +237,7 @@ def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> i
     entry = ctx.registry.get(entry_id)
     plans = None
     if build_dir is not None:
-        from kvdiag.engine.planning import plan_commands_for_display
+        from kvdiag.engine.verdict.planning import plan_commands_for_display
 
         plans = plan_commands_for_display(entry, build_dir)
     if fmt == "json":
@@ -284,7 +284,7 @@ def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, timeout, sanitizer, 
     if build_dir is None and not ids:
         return _doctor(None, refresh=False, fmt=fmt, sanitizer=sanitizer,
                        preface="no build given (--build or $LLAMA_KV_BUILD): running kvdiag's canary suite")
-    from kvdiag.engine.overrides import validated_sets
+    from kvdiag.engine.run.overrides import validated_sets
 
     if build_dir is not None and not build_dir.exists():
         raise UsageError(f"build folder does not exist: {build_dir}")
@@ -301,7 +301,7 @@ def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, timeout, sanitizer, 
 
 
 def _combined_exit(outcomes) -> int:
-    from kvdiag.engine.verdict import combined_exit_code
+    from kvdiag.records.verdict import combined_exit_code
 
     return combined_exit_code([o.verdict for o in outcomes], any(o.extra.get("interrupted") for o in outcomes))
 
@@ -362,7 +362,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
     import os
 
     from kvdiag.commands.runs import ScanNotRun, scan_and_show
-    from kvdiag.engine.scan import scan_exit_code
+    from kvdiag.engine.scan.cases import scan_exit_code
     from kvdiag.fileio import prepare_output
     from kvdiag.proc.slots import check_slots_setting
     from kvdiag.shards import resolve_shard
@@ -378,7 +378,7 @@ def scan_cmd(ctx: Context, entry_id, build_dir, jobs, op, params, limit, sanitiz
         result = scan_and_show(entry, build_dir, jobs=jobs, op=op, params=params, limit=limit, sanitizer=sanitizer,
                                fmt=fmt, devices=devices, batch=batch, shard=chosen, save=save, **path_options)
     except ScanNotRun as exc:
-        from kvdiag.engine.verdict import Verdict
+        from kvdiag.records.verdict import Verdict
 
         click.echo(f"kvdiag: {exc}", err=True)
         return int(Verdict(exc.verdict).exit_code)
@@ -405,7 +405,7 @@ def drift_cmd(ctx: Context, entry_id, build_dir, op, params, runs, fmt) -> int:
         raise UsageError("drift needs an entry with a [drift] section, or --op and --params")
     verdict = drift_and_show(entry, build_dir, op=op, params=params,
                              runs=runs or (criterion.runs if criterion else 5), fmt=fmt)
-    from kvdiag.engine.verdict import Verdict
+    from kvdiag.records.verdict import Verdict
 
     return int(Verdict(verdict).exit_code)
 

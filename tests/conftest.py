@@ -16,7 +16,7 @@ from process_checks import mark_session  # noqa: E402
 mark_session()
 
 # kvdiag's CUPTI launch lister is compiled with nvcc wherever one is installed (this CPU machine has
-# one): only the tests about it build it (tests/target/test_launch_lister.py sets the variable back).
+# one): only the tests about it build it (tests/workspace/test_launch_lister.py sets the variable back).
 # A history named in the caller's environment would place the staged trees of other tests.
 os.environ["KVDIAG_LAUNCH_LISTER"] = "0"
 os.environ.pop("KVDIAG_HISTORY", None)

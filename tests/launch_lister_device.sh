@@ -16,7 +16,7 @@ export KVDIAG_HOME="$WORK/home" KVDIAG_LAUNCH_LISTER=1
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
 KV="python3 -m kvdiag"
 { nvidia-smi -L; nvcc --version | tail -1; compute-sanitizer --version | head -2; } > "$OUT/machine.txt" 2>&1
-python3 -m pytest -q -p no:cacheprovider -m gpu tests/target/test_launch_lister_gpu.py -s > "$OUT/lister-gpu-tests.txt" 2>&1
+python3 -m pytest -q -p no:cacheprovider -m gpu tests/workspace/test_launch_lister_gpu.py -s > "$OUT/lister-gpu-tests.txt" 2>&1
 echo "lister gpu tests: exit $?" >> "$OUT/summary.txt"
 { cmake -S "$TREE" -B "$BUILD" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_FLAGS=-lineinfo -DGGML_BUILD_TESTS=ON -DLLAMA_BUILD_TESTS=ON \

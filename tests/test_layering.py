@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kvdiag"
-BELOW_COMMANDS = ("engine", "store", "target", "proc")
+BELOW_COMMANDS = ("engine", "store", "workspace", "proc")
 
 
 def click_imports(path: Path) -> list[str]:
@@ -31,7 +31,7 @@ def test_no_module_below_the_commands_imports_click():
 
 def test_the_check_sees_an_import_of_click(tmp_path):
     """The check itself can fail: a module that imports click, in any of the two spellings, is found."""
-    sample = PACKAGE / "engine" / "execute.py"
+    sample = PACKAGE / "engine" / "verdict" / "execute.py"
     planted = tmp_path / "kvdiag" / "engine" / "planted.py"
     planted.parent.mkdir(parents=True)
     planted.write_text(sample.read_text() + "\nimport click\nfrom click.testing import CliRunner\n")

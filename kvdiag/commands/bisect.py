@@ -45,7 +45,7 @@ def bisect_ends(fix: bool, old: str | None, new: str | None, good: str | None, b
 
 def step_recipe(entry, step, configure_cmd, build_cmd, build_dir, jobs, launcher):
     """How each commit is built, or None when the entry's step compiles its own objects and no build was asked."""
-    from kvdiag.engine.bisect_step import builds_nothing
+    from kvdiag.engine.bisect.step import builds_nothing
 
     if configure_cmd is None and build_cmd is None and build_dir is None and builds_nothing(entry, step):
         return None
@@ -105,11 +105,11 @@ def bisect_cmd(obj, entry_id, source, cause, old, new, good, bad, first_parent, 
     each commit taken from that run says so, and any other is built again.
     """
     from kvdiag.commands.progress import progress_display
-    from kvdiag.engine.bisect import BisectRequest, run_bisect
+    from kvdiag.engine.bisect.bisection import BisectRequest, run_bisect
     from kvdiag.home import kvdiag_home
     from kvdiag.records.bisect import Direction
     from kvdiag.report.bisect_text import render_bisect
-    from kvdiag.target.kept_build import compiler_launcher
+    from kvdiag.workspace.kept_build import compiler_launcher
 
     old, new = bisect_ends(not cause, old, new, good, bad)
     registry = _registry(obj)
@@ -155,8 +155,8 @@ def bisect_step_cmd(obj, entry_id, source, build_dir, record, direction, configu
                     jobs, registry_dir, step, sanitizer, launcher, resume_file) -> int:
     """One step of `git bisect run`: build this commit, run the entry; exit 0 old term, 1 new term, 125 skip."""
     from kvdiag.commands.progress import progress_display
-    from kvdiag.engine.bisect_resume import read_resumed
-    from kvdiag.engine.bisect_step import append_step, bisect_step
+    from kvdiag.engine.bisect.resume import read_resumed
+    from kvdiag.engine.bisect.step import append_step, bisect_step
     from kvdiag.home import kvdiag_home
     from kvdiag.records.bisect import SKIP, Direction, StepRecord
 

@@ -100,7 +100,7 @@ def discover_cmd(ctx, build_dir, tool_list, op_list, params, jobs, batch, case_b
                                   sanitizer=sanitizer, devices=devices, registry=str(registry.root),
                                   progress=progress)
     except ScanNotRun as exc:
-        from kvdiag.engine.verdict import Verdict
+        from kvdiag.records.verdict import Verdict
 
         click.echo(f"kvdiag: {exc}", err=True)
         return int(Verdict(exc.verdict).exit_code)

@@ -219,7 +219,7 @@ def probe_drop(worktree_dir: Path) -> int:
 
 
 def _recipe(entry, configure_cmd, build_cmd, reference, jobs, build_timeout=None, launcher=None):
-    from kvdiag.engine.scratch_build import BUILD_TIMEOUT_S, BuildRecipe
+    from kvdiag.workspace.scratch_build import BUILD_TIMEOUT_S, BuildRecipe
 
     return BuildRecipe(configure_cmd=configure_cmd, build_cmd=build_cmd, reference=reference,
                        targets=entry.requires.binaries, jobs=jobs,
@@ -229,7 +229,7 @@ def _recipe(entry, configure_cmd, build_cmd, reference, jobs, build_timeout=None
 def _inspect(build_dir: Path | None):
     if build_dir is None:
         return None
-    from kvdiag.target.build import inspect_build
+    from kvdiag.workspace.build import inspect_build
 
     with tempfile.TemporaryDirectory(prefix="kvdiag-inspect-") as tmp:
         return inspect_build(build_dir, log_dir=Path(tmp), check_staleness=False)
@@ -270,8 +270,8 @@ def verify_cmd(obj, entry_id, source, probe_names, build_dir, configure_cmd, bui
     times, also that Fisher's exact test tells the two rates apart.
     """
     from kvdiag.commands.progress import progress_display
-    from kvdiag.engine.scratch_build import BuildFailed
-    from kvdiag.engine.verify import VerifyRequest, verify_fix
+    from kvdiag.workspace.scratch_build import BuildFailed
+    from kvdiag.engine.verify.session import VerifyRequest, verify_fix
     from kvdiag.report.verify_text import render_report
     from kvdiag.home import kvdiag_home
     from kvdiag.probes.stack import order_stack

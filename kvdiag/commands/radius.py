@@ -54,7 +54,7 @@ def registry_radius(ctx, entry_id: str, scan_file: Path, repo: str | None, tree:
     commit, date and kvdiag version of the scan. A table of the same commit is replaced;
     nothing else in the file changes. `kvdiag scan ENTRY` without --params then scans it.
     """
-    from kvdiag.engine.radius import measure_radius
+    from kvdiag.engine.scan.radius import measure_radius
 
     entry = ctx.registry.get(entry_id)
     data = read_json(scan_file, "saved scan")     # bounded, as every file kvdiag reads back (kvdiag.fileio)

@@ -15,8 +15,8 @@ from typing import Any, Mapping, Sequence
 import click
 
 from kvdiag.commands.progress import TerminalProgress, progress_display
-from kvdiag.engine.scan_session import ScanNotRun
-from kvdiag.engine.verdict import Outcome
+from kvdiag.engine.scan.session import ScanNotRun
+from kvdiag.records.verdict import Outcome
 from kvdiag.errors import KvdiagError, UsageError
 from kvdiag.records.run import RunRecord
 from kvdiag.registry.entry import Entry
@@ -46,7 +46,7 @@ def run_and_show(entries: Sequence[Entry], build_dir: Path | None, *, step: str 
 
     JSON is one object for one entry and, for several, one array printed once all are decided:
     objects printed one after another would not parse as one document."""
-    from kvdiag.engine.session import run_verdicts
+    from kvdiag.engine.run.session import run_verdicts
 
     as_array = fmt == "json" and len(entries) != 1
     decided: list[dict[str, Any]] = []
@@ -89,7 +89,7 @@ def _record_in_history(run_dirs: Sequence[Path]) -> None:
 def scan_and_show(entry: Entry, build_dir: Path, *, fmt: str, save: Path | None = None, **options: Any):
     """`kvdiag scan`: the table (or JSON) of every case, the scan saved to ``save`` too; the
     ScanResult for the exit code."""
-    from kvdiag.engine import scan_session
+    from kvdiag.engine.scan import session as scan_session
     from kvdiag.fileio import written_as
     from kvdiag.store.scans import save_scan
 
@@ -114,7 +114,7 @@ def scan_and_show(entry: Entry, build_dir: Path, *, fmt: str, save: Path | None 
 
 def drift_and_show(entry: Entry | None, build_dir: Path, *, op: str, params: str, runs: int, fmt: str) -> str:
     """`kvdiag drift`: the per-case table and the verdict; returns the verdict."""
-    from kvdiag.engine.drift_session import run_drift_session
+    from kvdiag.engine.drift.session import run_drift_session
     from kvdiag.errors import ScanNotRun
 
     try:

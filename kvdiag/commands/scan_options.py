@@ -28,7 +28,7 @@ INSTRUMENT_HELP = ("What the sanitizer instruments: every kernel, or only the en
 
 def scan_path_options(command):
     """--program, --route/--no-route, --route-jobs, --overlap/--no-overlap, --instrument and --batch-order,
-    in that order in `kvdiag scan --help`; each reaches engine.scan_session.run_scan by its own name."""
+    in that order in `kvdiag scan --help`; each reaches engine.scan.session.run_scan by its own name."""
     command = click.option("--batch-order", type=click.Choice(["dealt", "by-kernel"]), default="dealt",
                            show_default=True, help=BATCH_ORDER_HELP)(command)
     command = click.option("--instrument", type=click.Choice(["all", "entry"]), default="all", show_default=True,

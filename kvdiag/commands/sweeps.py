@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from kvdiag.commands.options import Count, GivenPath, IdList, Seconds, build_option
-from kvdiag.engine.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
+from kvdiag.engine.verdict.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
 from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, write_atomic, written_as
 from kvdiag.exitcodes import ExitCode
@@ -83,7 +83,7 @@ def sweep_cmd(ctx, build_dir, only, exclude, shard, fmt, output, save, sanitizer
     was judged, 3 if any was skipped, else 2 (130 when interrupted).
     """
     from kvdiag.commands.progress import progress_display
-    from kvdiag.engine.sweep import run_sweep, select_entries, sweep_exit_code
+    from kvdiag.engine.sweep.session import run_sweep, select_entries, sweep_exit_code
 
     if build_dir is None:
         raise UsageError("a sweep needs a build: --build BUILD or $LLAMA_KV_BUILD")
@@ -129,7 +129,7 @@ def merge_cmd(ctx, shards, output, fmt, no_record) -> int:
     selection; merged scans print as `kvdiag scan` does (table, or json) and
     exit as it would.
     """
-    from kvdiag.engine.sweep import sweep_exit_code
+    from kvdiag.engine.sweep.session import sweep_exit_code
     from kvdiag.fileio import read_json
     from kvdiag.store.history import record_sweep
     from kvdiag.store.discoveries import is_discovery
@@ -184,7 +184,7 @@ def _merge_discoveries(ctx, paths, documents, output: Path, fmt: str) -> int:
 
 
 def _merge_scans(paths, documents, output: Path, fmt: str) -> int:
-    from kvdiag.engine.scan import scan_exit_code
+    from kvdiag.engine.scan.cases import scan_exit_code
     from kvdiag.report.scan_text import render_scan_data
     from kvdiag.store.scans import check_scan, merge_scans, save_scan
 

@@ -4,7 +4,7 @@ template mismatch as a matched, attributed error line?
 A compile step that builds clean is only evidence that the defect is gone if the
 same flow, here, would have shown it. The control stages a two-source CUDA
 project and compiles it exactly as a compile step compiles the user's tree
-(:class:`kvdiag.target.kept_build.KeptBuild`: configure, ``ninja -t query``,
+(:class:`kvdiag.workspace.kept_build.KeptBuild`: configure, ``ninja -t query``,
 ``ninja -k 0``, same CUDA architectures and compiler launcher, logs through the
 runner): ``stale_call.cu`` calls a function template with one argument too few, as
 D7's stale call sites did, and must print ``stale_call.cu(LINE): error: no instance
@@ -29,7 +29,7 @@ from kvdiag.controls.cache import ControlRecord, gate_for_record, load_control, 
 from kvdiag.controls.gate import Gate
 from kvdiag.parse.compiler import compiler_errors
 from kvdiag.proc.runner import CommandError, run_command
-from kvdiag.target.kept_build import KeptBuild, KeptBuildKey
+from kvdiag.workspace.kept_build import KeptBuild, KeptBuildKey
 
 TOOL = "compile"
 CONTROL_BUDGET_S = 300.0

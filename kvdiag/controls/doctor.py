@@ -43,8 +43,8 @@ from kvdiag.exitcodes import ExitCode
 from kvdiag.proc.runner import CommandError, run_command
 from kvdiag.proc.sanitizer import SanitizerInvocation, find_sanitizer
 from kvdiag.progress import Progress, counted
-from kvdiag.target.build import inspect_build
-from kvdiag.target.host import fingerprint_environment
+from kvdiag.workspace.build import inspect_build
+from kvdiag.workspace.host import fingerprint_environment
 
 __all__ = [
     "ALL_TOOLS",

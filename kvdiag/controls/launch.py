@@ -86,7 +86,7 @@ EXIT_COMPILE = 4
 
 def find_nvcc() -> Path | None:
     """nvcc on PATH, else in $CUDA_HOME/bin or /usr/local/cuda/bin."""
-    from kvdiag.target.host import find_cuda_tool
+    from kvdiag.workspace.host import find_cuda_tool
 
     return find_cuda_tool("nvcc")
 
@@ -94,7 +94,7 @@ def find_nvcc() -> Path | None:
 def nvcc_version(nvcc: Path, *, log_dir: Path) -> str | None:
     """``13.0.88`` from ``nvcc --version`` (run through kvdiag's subprocess layer)."""
     from kvdiag.proc.runner import run_command
-    from kvdiag.target.host import parse_nvcc_version
+    from kvdiag.workspace.host import parse_nvcc_version
 
     result = run_command([os.fspath(nvcc), "--version"], timeout=NVCC_VERSION_TIMEOUT_S,
                          log_dir=log_dir, name="nvcc-version")

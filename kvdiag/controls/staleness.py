@@ -5,7 +5,7 @@ build is current if the same dry run, here, reports work when there is some. The
 control makes that state with the machine's own tool, never from a recorded file:
 it writes a tiny project (sources and a build description, nothing a build tool
 writes), builds it for real with the same program the user's build uses, asks
-the check kvdiag runs on the user's build (`kvdiag.target.staleness`) to call
+the check kvdiag runs on the user's build (`kvdiag.workspace.staleness.check`) to call
 the fresh build current, edits a header that only the compiler's dependency
 information records, and asks it to call the build stale. The log and dependency
 files the check reads back are then the ones this tool version wrote: ninja 1.11's
@@ -38,7 +38,7 @@ from typing import Callable
 from kvdiag.controls.cache import ControlRecord, control_run_lock, load_control, store_record
 from kvdiag.controls.gate import Gate
 from kvdiag.proc.runner import CommandNotFound, run_command
-from kvdiag.target.staleness import Staleness, check_build_staleness, not_checked, resolve_tool
+from kvdiag.workspace.staleness.check import Staleness, check_build_staleness, not_checked, resolve_tool
 
 TOOL = "staleness"
 BUILD_TIMEOUT_S = 120.0

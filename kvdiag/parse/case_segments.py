@@ -2,7 +2,7 @@
 
 `kvdiag scan` runs several test-backend-ops cases in one sanitized process (a host
 starts only a few CUDA processes per second, whatever its GPUs: see
-``kvdiag/engine/scan_batch.py``). compute-sanitizer then writes its report into the
+``kvdiag/engine/scan/batch.py``). compute-sanitizer then writes its report into the
 program's own terminal (no ``--log-file``), so the two interleave in the order things
 happened. On a terminal test-backend-ops' stdout is line-buffered, so a case's status
 line reaches the stream as soon as the case has finished, and the sanitizer reports a

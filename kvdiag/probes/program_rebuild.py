@@ -5,7 +5,7 @@ library, so the library must be rebuilt (minutes on the device). A probe that on
 changes the test program's own source (``test-backend-ops-launch``) needs one
 translation unit compiled and the program relinked against the libraries the user's
 build already made: the build's own compile and link commands
-(:mod:`kvdiag.target.program_recipe`), its source file copied and patched in
+(:mod:`kvdiag.workspace.program_recipe`), its source file copied and patched in
 kvdiag's scratch area, the object and program written there too. The user's build
 folder and source tree are only read.
 
@@ -29,7 +29,7 @@ from kvdiag.fileio import write_json
 from kvdiag.home import home_folder
 from kvdiag.probes.patch import Probe
 from kvdiag.proc.runner import CommandNotFound, run_command
-from kvdiag.target.program_recipe import ProgramRecipe, RecipeUnavailable, read_recipe
+from kvdiag.workspace.program_recipe import ProgramRecipe, RecipeUnavailable, read_recipe
 
 COMPILE_TIMEOUT_S = 900.0
 LINK_TIMEOUT_S = 300.0

@@ -1,7 +1,7 @@
 """Which test-backend-ops ran a scan's cases, as a scan saves it (``"program"`` in the scan file).
 
 `kvdiag scan` runs either the launch probe's rebuild of the program (GPU-only launch mode,
-every kernel launch listed: engine.launch_program) or the build's own, saying why. The
+every kernel launch listed: engine.verdict.launch_program) or the build's own, saying why. The
 record always has the same keys, whichever path was taken; a scan saved before it did
 (kvdiag's first launch-probe scans, on the H200, had no ``why`` when the probe's program
 ran) is read with the missing keys as None, so every reader, strict templates included,

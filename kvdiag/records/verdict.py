@@ -86,7 +86,7 @@ class Evidence:
     unmatched: tuple[str, ...] = ()
     launched: tuple[str, ...] = ()          # kernel instantiations the launch probe saw start (canonical)
     launch_listing: str | None = None       # how launches were listed ("launch probe"); None: not listed
-    launch_proof: str | None = None         # what the launch-proof gate concluded (engine.launch_proof)
+    launch_proof: str | None = None         # what the launch-proof gate concluded (engine.evidence.launch_proof)
     lines_cut: int = 0                      # lines over kvdiag.parse.text.LINE_LIMIT cut before judging
 
     def to_dict(self) -> dict[str, Any]:

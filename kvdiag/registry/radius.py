@@ -10,7 +10,7 @@ What reads the tables:
 
 * `kvdiag scan` without ``--params`` scans the union of the recorded case regexes: the
   tables of the tree at hand (same commit) when there are any, else all of them;
-* the launch-proof gate (kvdiag.engine.launch_proof) knows from ``kernels`` which
+* the launch-proof gate (kvdiag.engine.evidence.launch_proof) knows from ``kernels`` which
   instantiations the entry is about.
 
 A table is capped: each of its lists holds at most ``MAX_RADIUS_ITEMS`` (1000; D2's largest

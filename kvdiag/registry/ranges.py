@@ -9,7 +9,7 @@ one commit or an array of them. Commits are full 40-hex ids: a short id can
 become ambiguous as a repository grows, and OSV requires full ones.
 
 `range_problems` is what `kvdiag registry lint` says about a table; the engine
-evaluates ranges against a tree (``kvdiag.engine.ranges``).
+evaluates ranges against a tree (``kvdiag.engine.verdict.ranges``).
 """
 
 from __future__ import annotations

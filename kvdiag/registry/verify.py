@@ -22,9 +22,9 @@ from typing import Iterable
 
 from kvdiag.registry.entry import Entry
 from kvdiag.registry.raw import Problem as Mismatch   # file: key: message, as the linter prints
-from kvdiag.target import sites
-from kvdiag.target.sites import Placement, SiteSpec
-from kvdiag.target.tree import ABSENT, FOUND, UNKNOWN, Answer, Tree
+from kvdiag.workspace import sites
+from kvdiag.workspace.sites import Placement, SiteSpec
+from kvdiag.workspace.tree import ABSENT, FOUND, UNKNOWN, Answer, Tree
 
 _CTEST_NAME = re.compile(r"^\^?([A-Za-z0-9_.+-]+)\$?$")
 

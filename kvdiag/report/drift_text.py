@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from kvdiag.engine.drift import DriftResult
+from kvdiag.engine.drift.measure import DriftResult
 
 
 def render_drift(result: DriftResult, verdict: str, reason: str, run_dir: Path, seeded_note: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvdiag.engine.verdict import Outcome
+from kvdiag.records.verdict import Outcome
 from kvdiag.registry.entry import Entry
 from kvdiag.report.formats import first_command
 from kvdiag.report.templating import render

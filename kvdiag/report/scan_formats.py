@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from kvdiag import __version__
-from kvdiag.engine.scan import ScanResult
-from kvdiag.engine.scan_kernels import describe_values
+from kvdiag.engine.scan.cases import ScanResult
+from kvdiag.engine.scan.kernels import describe_values
 from kvdiag.registry.entry import Entry
 from kvdiag.report.formats.sarif import SARIF_SCHEMA, SARIF_VERSION, SRCROOT, _artifact, fingerprint
 

@@ -11,8 +11,8 @@ from typing import Any, Mapping
 
 from tabulate import tabulate
 
-from kvdiag.engine.scan import ScanResult
-from kvdiag.engine.scan_kernels import describe_values
+from kvdiag.engine.scan.cases import ScanResult
+from kvdiag.engine.scan.kernels import describe_values
 from kvdiag.records.scan_program import ScanProgram
 from kvdiag.report.templating import render
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvdiag.engine.verify import VerifyReport
+from kvdiag.engine.verify.session import VerifyReport
 from kvdiag.report.held_back import held_back_lines, one_line
 
 

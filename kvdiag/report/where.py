@@ -3,7 +3,7 @@
 A reader pastes the report into an issue about *their* build, so the files are
 named as that tree has them (llama.cpp keeps ggml under ``ggml/``) and the site
 is the line the run placed in that tree (``outcome.extra["site"]``, see
-engine.site_check), not the lines the registry recorded for other trees. Where
+engine.verdict.site_check), not the lines the registry recorded for other trees. Where
 the run could not place it, the recorded lines are still given, labelled as the
 other trees' they are.
 """
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from kvdiag.registry.entry import Entry
 from kvdiag.store.source_paths import in_layout, layout_of_build, record_sources
-from kvdiag.target.sites import SiteSpec
+from kvdiag.workspace.sites import SiteSpec
 
 
 def where(entry: Entry, target: Mapping[str, Any] | None, extra: Mapping[str, Any] | None) -> dict[str, Any]:

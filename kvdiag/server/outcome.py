@@ -16,7 +16,7 @@ outcome                what happened                                          th
 ``interrupted``        Ctrl-C in kvdiag                                       ``interrupted``
 =====================  =====================================================  ==========================
 
-:class:`ServerResult` has the interface ``kvdiag.engine.observe`` and the judge
+:class:`ServerResult` has the interface ``kvdiag.engine.evidence.observe`` and the judge
 read from a ``CommandResult`` (``stdout_text()``, ``combined_text()``, ``ok``,
 ``timed_out``, ``describe()``, ``to_dict()``…), so a server's logs go through
 the same abort parser and signature matchers as any command. The judge then

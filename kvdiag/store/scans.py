@@ -166,7 +166,7 @@ def _merged(scans: Sequence[Mapping[str, Any]], count: int) -> dict[str, Any]:
 
 
 def merged_phases(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The shards' phases as one scan's (engine.scan_phases): each phase's cases, processes and the
+    """The shards' phases as one scan's (engine.scan.phases): each phase's cases, processes and the
     routing counts summed, walls the longest shard's, overlapped if every shard's phases were; None unless
     every shard ran the same path."""
     parts = [s.get("phases") for s in scans]

@@ -8,7 +8,7 @@ kvdiag 0.1.x wrote format /1, without `sources`; it is read as it is. Formatters
 objects, so a sweep saved on the GPU machine renders the same anywhere later.
 
 Shards: `kvdiag sweep --shard i/n` runs a deterministic part of a selection
-(see `kvdiag.engine.sweep.shard_entries`; `--shard auto` takes i/n from a job
+(see `kvdiag.engine.sweep.session.shard_entries`; `--shard auto` takes i/n from a job
 engine, `kvdiag.shards`, and `shard_from` records which, with its variables);
 each shard records the whole `selection`, so `merge_sweeps` can prove that
 shards 1..n of one selection, of one target, together cover every entry exactly

@@ -66,7 +66,7 @@ def module_graph() -> dict[str, set[str]]:
 
 
 def package_of(module: str) -> str:
-    """``kvdiag.engine.execute`` → ``kvdiag.engine``; a top-level module is its own package."""
+    """``kvdiag.engine.verdict.execute`` → ``kvdiag.engine``; a top-level module is its own package."""
     return ".".join(module.split(".")[:2])
 
 

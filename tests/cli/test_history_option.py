@@ -1,11 +1,11 @@
-"""``kvdiag --history REPO``: the clone a tree without usable git history is placed in (engine.placement)."""
+"""``kvdiag --history REPO``: the clone a tree without usable git history is placed in (engine.verdict.placement)."""
 
 from __future__ import annotations
 
 import os
 
 from kvdiag.cli import main
-from kvdiag.target.history import HISTORY_ENV, TreeHistory
+from kvdiag.workspace.history import HISTORY_ENV, TreeHistory
 
 
 def test_a_history_that_is_not_a_folder_is_a_usage_error(tmp_path, capsys, monkeypatch):

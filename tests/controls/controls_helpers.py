@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from kvdiag.controls.canaries import CANARIES, pair_for
-from kvdiag.target.gpu import GpuDevice, GpuFingerprint
-from kvdiag.target.host import Environment, HostInfo, ToolVersions
+from kvdiag.workspace.gpu import GpuDevice, GpuFingerprint
+from kvdiag.workspace.host import Environment, HostInfo, ToolVersions
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"

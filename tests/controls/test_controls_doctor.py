@@ -43,7 +43,7 @@ def test_doctor_on_this_machine_skips_everything_and_exits_3(tmp_path, monkeypat
     """The real fingerprint of a machine without GPU or compute-sanitizer (CI, the python kind)."""
     monkeypatch.delenv("KVDIAG_COMPUTE_SANITIZER", raising=False)
     from kvdiag.proc.sanitizer import find_sanitizer
-    from kvdiag.target.gpu import fingerprint_gpu
+    from kvdiag.workspace.gpu import fingerprint_gpu
 
     if fingerprint_gpu(log_dir=tmp_path / "probe").available or find_sanitizer() is not None:
         pytest.skip("this machine has a GPU or compute-sanitizer: the no-GPU path is tested with a fake below")
@@ -308,7 +308,7 @@ def test_compile_failure_fails_the_control_with_the_reason(fake_machine, tmp_pat
 @pytest.fixture
 def real_gpu(tmp_path):
     from kvdiag.proc.sanitizer import find_sanitizer
-    from kvdiag.target.gpu import fingerprint_gpu
+    from kvdiag.workspace.gpu import fingerprint_gpu
 
     if not fingerprint_gpu(log_dir=tmp_path / "probe").available:
         pytest.skip("no CUDA GPU visible")

@@ -110,7 +110,7 @@ def test_every_canary_launches_without_a_sanitizer(tmp_path, which):
     """On the device machine, both launch paths: all eight kernels run and return (none hangs)."""
     import importlib.util
 
-    from kvdiag.target.gpu import fingerprint_gpu
+    from kvdiag.workspace.gpu import fingerprint_gpu
 
     if not fingerprint_gpu(log_dir=tmp_path / "probe").available:
         pytest.skip("no CUDA GPU visible")

@@ -14,7 +14,7 @@ import pytest
 
 from kvdiag.controls.cache import load_control
 from kvdiag.controls.staleness import prove_current, run_staleness_control, staged_files, staleness_control
-from kvdiag.target.staleness import Staleness
+from kvdiag.workspace.staleness.check import Staleness
 
 needs_cmake_make = pytest.mark.skipif(shutil.which("make") is None or shutil.which("cmake") is None
                                       or shutil.which("cc") is None, reason="make, cmake or cc missing")

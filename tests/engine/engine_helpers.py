@@ -18,14 +18,14 @@ from typing import Any
 
 from process_checks import pid_gone, wait_until  # noqa: F401 - re-exported for the engine tests
 
-from kvdiag.engine.execute import RunOptions, no_sanitizer_gate, run_entry
-from kvdiag.engine.judge import Gate
-from kvdiag.engine.target import Target, prepare_target
-from kvdiag.engine.verdict import Outcome
+from kvdiag.engine.verdict.execute import RunOptions, no_sanitizer_gate, run_entry
+from kvdiag.engine.verdict.judge import Gate
+from kvdiag.engine.verdict.target import Target, prepare_target
+from kvdiag.records.verdict import Outcome
 from kvdiag.registry.entry import Entry
 from kvdiag.registry.loader import load_registry
 from kvdiag.store.runs import RunDir
-from kvdiag.target.gpu import GpuDevice, GpuFingerprint
+from kvdiag.workspace.gpu import GpuDevice, GpuFingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO_BUILDS = REPO / "tests" / "scenarios" / "builds"
@@ -175,7 +175,7 @@ class Scenarios:
         calls: list[Any] = []
 
         def provider(tool):
-            # As the real provider (kvdiag.engine.gates) does, a step without a sanitizer
+            # As the real provider (kvdiag.engine.verdict.gates) does, a step without a sanitizer
             # gets the no-sanitizer gate; a sanitizer's gate is the one the test chose.
             calls.append(tool)
             return no_sanitizer_gate(tool) if tool is None else gate
@@ -321,8 +321,8 @@ class Printed:
 def judge_d5_servers(kvarn5_log: str, q8_0_log: str):
     """D5 as the registry judges it, from two recorded server logs: the kvarn5 step's, and the
     q8_0 step's as its comparison arm (the relative signature reads one figure from each)."""
-    from kvdiag.engine.judge import Gate, judge_attempt
-    from kvdiag.engine.observe import ArmReading, observe
+    from kvdiag.engine.verdict.judge import Gate, judge_attempt
+    from kvdiag.engine.evidence.observe import ArmReading, observe
     from kvdiag.registry.loader import load_registry
 
     d5 = load_registry(None).get("D5")

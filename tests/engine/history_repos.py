@@ -2,7 +2,7 @@
 
 `Staged` makes commits, branches, merges and tags in a repository under the test's
 tmp_path, and clones of it (complete, shallow, without .git). Set-up only: kvdiag's
-own git questions go through its runner (kvdiag.target.history).
+own git questions go through its runner (kvdiag.workspace.history).
 """
 
 from __future__ import annotations

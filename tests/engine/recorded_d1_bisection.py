@@ -6,8 +6,8 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
-from kvdiag.engine.bisect_resume import load_resumed
-from kvdiag.engine.scratch_build import BuildRecipe
+from kvdiag.engine.bisect.resume import load_resumed
+from kvdiag.workspace.scratch_build import BuildRecipe
 from kvdiag.records.bisect import Direction
 from kvdiag.registry.loader import load_registry
 from kvdiag.store.runs import RunStore

@@ -1,12 +1,12 @@
-"""What makes two runs the same arm (kvdiag.engine.arm), and how verify concludes on two rates."""
+"""What makes two runs the same arm (kvdiag.engine.verdict.arm), and how verify concludes on two rates."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kvdiag.engine.arm import arm_differences, input_names
-from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict
-from kvdiag.engine.verify import Conclusion, Side, conclude
+from kvdiag.engine.verdict.arm import arm_differences, input_names
+from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict
+from kvdiag.engine.verify.session import Conclusion, Side, conclude
 from kvdiag.registry.entry import Step
 
 ARM = {"format": 1, "entry": "D3", "step": "server-mtp", "runs": 10, "overrides": {},

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine_helpers import D2_CASE, REGISTRY
-from kvdiag.engine.attribution import attribute_outcome
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.run.attribution import attribute_outcome
+from kvdiag.records.verdict import Verdict
 from kvdiag.registry.loader import load_registry
 
 TEMPLATE = ("hsk=320,hsv=256,nh=4,nr23=[{nr}],kv=512,nb={nb},mask=0,sinks=0,max_bias=0.000000,"
@@ -77,7 +77,7 @@ def test_d2_none_printed_under_the_sanitizer_names_the_case(kv):
 
 
 def test_candidates_run_onward_until_the_bound_and_the_verdict_says_so(kv, monkeypatch):
-    import kvdiag.engine.attribution as attribution
+    import kvdiag.engine.run.attribution as attribution
 
     monkeypatch.setattr(attribution, "MAX_CASES", 2)
     build = _stage(kv, {FOURTH: "walk-only"})
@@ -122,7 +122,7 @@ def _judged(entry, tmp_path, stdout: str, **kw):
 
 
 def test_recorded_walks_that_finish_or_die_unplaced(tmp_path):
-    from kvdiag.engine.attribution import candidate_cases, needs_attribution
+    from kvdiag.engine.run.attribution import candidate_cases, needs_attribution
     from kvdiag.parse.backend_ops import parse_backend_ops
 
     d1, d2 = _entry("D1"), _entry("D2")
@@ -150,7 +150,7 @@ def test_recorded_walks_that_finish_or_die_unplaced(tmp_path):
 def test_own_output_puts_the_matched_lines_first_then_the_abort_and_its_named_frames(tmp_path):
     from types import SimpleNamespace
 
-    from kvdiag.engine.attribution import own_output
+    from kvdiag.engine.run.attribution import own_output
 
     log = tmp_path / "case.combined.log"
     log.write_text("Testing 2 devices\n\n"

@@ -223,7 +223,7 @@ def test_a_range_of_one_commit_is_named_from_the_ends_alone(tmp_path: Path, env:
 
 
 def test_ccache_goes_in_front_of_the_compilers_of_a_cmake_configure_only():
-    from kvdiag.engine.scratch_build import BuildRecipe, with_launcher
+    from kvdiag.workspace.scratch_build import BuildRecipe, with_launcher
 
     cmake = ["cmake", "-S", "s", "-B", "b", "-G", "Ninja"]
     assert with_launcher(cmake, "/usr/bin/ccache")[-3:] == [
@@ -264,7 +264,7 @@ def test_a_step_that_dies_without_a_verdict_is_never_taken_as_git_took_it(tmp_pa
                                                                            monkeypatch):
     """git reads the dead step's exit 1 as "bad". Every mark in git's log must be a verdict a step recorded: here
     git alone marks commits 2 and 1 (docs changes, their kernel uniform) bad and names commit 1, with no evidence."""
-    import kvdiag.engine.bisect as engine
+    import kvdiag.engine.bisect.bisection as engine
 
     src = new_project(tmp_path / "history", kernel="uniform")
     shas = [git(src, "rev-parse", "HEAD")]

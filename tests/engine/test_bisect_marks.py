@@ -1,5 +1,5 @@
 """git's marks read back against the steps kvdiag recorded: every real bisection's log agrees with its steps, and a
-mark no step gave is named (engine/bisect_marks.py)."""
+mark no step gave is named (engine/bisect/marks.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from kvdiag.engine.bisect_marks import unrecorded_marks, unrecorded_message
+from kvdiag.engine.bisect.marks import unrecorded_marks, unrecorded_message
 from kvdiag.records.bisect import BisectRecord, Direction, StepRecord
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -93,7 +93,7 @@ def test_steps_built_with_other_commands_are_built_again(tmp_path: Path, env: Pa
 
 
 def test_a_job_count_or_compiler_launcher_does_not_make_commands_differ():
-    from kvdiag.engine.bisect_resume import comparable_argv
+    from kvdiag.engine.bisect.resume import comparable_argv
 
     src, build = Path("/s/src"), Path("/s/build")
     here, there = (Path("/t/src"), Path("/t/build")), (src, build)

@@ -1,4 +1,4 @@
-"""A case described once, found on every era's test-backend-ops (kvdiag.parse.case_format, engine.case_forms).
+"""A case described once, found on every era's test-backend-ops (kvdiag.parse.case_format, engine.verdict.case_forms).
 
 Before ggml 6976b270 (2026-05-01) a FLASH_ATTN_EXT case printed ``type_KV=f16``; the registry
 writes ``type_K=f16,type_V=f16``. The real cases come from the recorded H200 run of every
@@ -16,12 +16,12 @@ import re
 import pytest
 
 from engine_helpers import ALLOWED, REGISTRY, SCENARIO_BUILDS, TRANSCRIPTS, fake_gpu
-from kvdiag.engine.case_forms import adapt_entry
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.verdict.case_forms import adapt_entry
+from kvdiag.records.verdict import Verdict
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.parse.case_format import JOINED, SPLIT, CaseFormat, adapt_regex
 from kvdiag.registry.loader import load_registry
-from kvdiag.target.backend_ops import program_kv_types
+from kvdiag.workspace.backend_ops import program_kv_types
 
 D2_OLD_ERA = ("hsk=256,hsv=256,nh=4,nr23=[4,1],kv=512,nb=3,mask=1,sinks=0,max_bias=0.000000,"
               "logit_softcap=0.000000,prec=f32,type_KV=f16,permute=[0,1,2,3]")
@@ -126,7 +126,7 @@ def test_run_d2_on_an_older_era_build_selects_and_confirms_its_case(kv, d2, old_
 
 
 def test_scan_d2_finds_the_case_run_confirms(kv, d2, old_era, monkeypatch):
-    import kvdiag.engine.scan_session as session
+    import kvdiag.engine.scan.session as session
 
     real = session.prepare_target
 
@@ -170,7 +170,7 @@ def test_a_run_that_confirms_nothing_keeps_the_site_placed_by_context(kv, d2, tm
 
 
 def test_drift_selects_the_cases_run_selects(kv, old_era, monkeypatch):
-    import kvdiag.engine.drift_session as session
+    import kvdiag.engine.drift.session as session
 
     monkeypatch.setattr(session, "fingerprint_gpu", lambda **kw: fake_gpu())
     build, _ = old_era
@@ -202,8 +202,8 @@ def test_a_compiled_program_carries_its_era_in_its_strings(tmp_path, era, flags,
 
 
 def test_a_radius_measured_on_an_older_era_writes_regexes_every_era_can_read():
-    from kvdiag.engine.radius import case_regexes
-    from kvdiag.engine.scan_kernels import DEFAULT_DIMENSIONS
+    from kvdiag.engine.scan.radius import case_regexes
+    from kvdiag.engine.scan.kernels import DEFAULT_DIMENSIONS
 
     cases = [D2_OLD_ERA, D2_OLD_ERA.replace("type_KV=f16", "type_KV=q8_0")]
     regexes = case_regexes(cases, DEFAULT_DIMENSIONS)       # type_K, type_V: one type_KV on this build

@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 from engine_helpers import SCENARIO_BUILDS
-from kvdiag.engine.compile_check import attempt_compile, scratch_key
-from kvdiag.engine.judge import Gate
-from kvdiag.engine.verdict import Verdict
-from kvdiag.target.kept_build import SCRATCH_DIR, STAMP, KeptBuild
+from kvdiag.engine.verdict.compile_check import attempt_compile, scratch_key
+from kvdiag.engine.verdict.judge import Gate
+from kvdiag.records.verdict import Verdict
+from kvdiag.workspace.kept_build import SCRATCH_DIR, STAMP, KeptBuild
 from process_checks import pid_gone, wait_until
 
 SOURCE = "ggml/src/ggml-cuda/template-instances/fattn-mma-kvarn-instance-ncols1_16-ncols2_8.cu"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.registry.loader import load_registry
 from kvdiag.store.sweeps import target_summary
 from staged_cmake import built_with_ninja

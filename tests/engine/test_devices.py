@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvdiag.engine.devices import assign, describe, device_key, select_devices, visible_value
+from kvdiag.engine.verdict.devices import assign, describe, device_key, select_devices, visible_value
 from kvdiag.errors import UsageError
-from kvdiag.target.gpu import GpuDevice
+from kvdiag.workspace.gpu import GpuDevice
 
 
 def gpu(index: int, uuid: str | None = None) -> GpuDevice:
@@ -48,8 +48,8 @@ def test_a_pinned_attempt_sees_only_its_gpu_and_names_it(kv, d2):
     """The scenario build prints nothing of the environment, so read it back from cmd.json."""
     import json
 
-    from kvdiag.engine.execute import RunOptions, attempt_step
-    from kvdiag.engine.judge import Gate
+    from kvdiag.engine.verdict.execute import RunOptions, attempt_step
+    from kvdiag.engine.verdict.judge import Gate
     from kvdiag.store.runs import RunDir
 
     target = kv.target_for("backend_ops_all_ok")

@@ -1,4 +1,4 @@
-"""engine.dispatch with a UnitFeed: units that arrive while it runs (an overlapped scan's detect phase).
+"""engine.scan.dispatch with a UnitFeed: units that arrive while it runs (an overlapped scan's detect phase).
 
 No processes: a unit is a name, its job returns it. Each dispatch runs in a thread the test joins
 with a timeout, so a loop that never ends fails the test instead of hanging it.
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kvdiag.engine.dispatch import UnitFeed, dispatch
+from kvdiag.engine.scan.dispatch import UnitFeed, dispatch
 
 LIMIT_S = 20
 

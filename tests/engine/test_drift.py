@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import D2_CASE, make_build
-from kvdiag.engine.drift import CaseDrift, DriftResult, accumulate, case_error, judge_drift, run_drift
+from kvdiag.engine.drift.measure import CaseDrift, DriftResult, accumulate, case_error, judge_drift, run_drift
 from kvdiag.report.drift_text import render_drift
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.registry.loader import load_registry
@@ -177,7 +177,7 @@ def test_a_failure_below_the_criterion_is_inconclusive(d8_criterion):
 
 def test_zero_matching_cases_of_an_entry_is_judged_by_its_range(d8_criterion):
     """`kvdiag drift D8`: nothing matched is not-applicable only where the range says D8 cannot be."""
-    from kvdiag.engine.drift_session import _absent
+    from kvdiag.engine.drift.session import _absent
     from kvdiag.records.ranges import RangeEvidence
 
     d8 = load_registry(Path(__file__).resolve().parents[2] / "registry").get("D8")

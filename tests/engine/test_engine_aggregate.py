@@ -1,10 +1,10 @@
-"""k-of-N aggregation of attempts (kvdiag.engine.verdict.aggregate), and the exit code of each verdict."""
+"""k-of-N aggregation of attempts (kvdiag.records.verdict.aggregate), and the exit code of each verdict."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvdiag.engine.verdict import Attempt, Evidence, Verdict, aggregate
+from kvdiag.records.verdict import Attempt, Evidence, Verdict, aggregate
 
 
 def attempt(index: int, verdict: Verdict, reason: str = "") -> Attempt:

@@ -10,7 +10,7 @@ import pytest
 
 from engine_helpers import ALLOWED, NO_GPU, REFUSED, REPO, d2_like, fake_gpu
 from kvdiag.cli import main
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.proc.sanitizer import find_sanitizer
 
 
@@ -268,7 +268,7 @@ def test_fewer_cases_than_min_cases_without_a_range_is_inconclusive(kv):
 
 
 def test_cli_zero_cases_in_an_unplaced_tree_exits_4(kv, monkeypatch, capsys):
-    monkeypatch.setattr("kvdiag.target.host.fingerprint_gpu", lambda **kw: fake_gpu())
+    monkeypatch.setattr("kvdiag.workspace.host.fingerprint_gpu", lambda **kw: fake_gpu())
     build = kv.build("backend_ops_no_cases")
     code = main(["run", "D2", "--build", str(build), "--sanitizer", str(kv.sanitizer()), "--format", "json"])
     data = json.loads(capsys.readouterr().out)

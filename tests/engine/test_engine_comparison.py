@@ -1,4 +1,4 @@
-"""A step's comparison arm (`compare_with`, kvdiag.engine.comparison): run once after the judged step,
+"""A step's comparison arm (`compare_with`, kvdiag.engine.verdict.comparison): run once after the judged step,
 quoted beside its verdict, never judged itself (D5's q8_0 arm is the registry's use)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine_helpers import BACKEND_OPS_ARGV
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.errors import UsageError
 from kvdiag.registry.loader import load_registry
 

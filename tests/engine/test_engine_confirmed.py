@@ -12,9 +12,9 @@ from engine_helpers import (
     BARRIER_LINE, D2_CASE, D2_INSTANTIATION, REFUSED, d2_like, fake_gpu,
 )
 from kvdiag.cli import main
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.store.runs import id_label
-from kvdiag.target.build import Staleness
+from kvdiag.workspace.build import Staleness
 
 
 def test_d2_confirmed_quotes_the_recorded_barrier_finding(kv, d2):
@@ -274,7 +274,7 @@ def test_stale_signature_other_outcomes(kv, stale, verdict, words):
 
 def test_a_current_answer_without_the_controls_proof_is_inconclusive(kv):
     """'Nothing to rebuild' only counts with the proof the target's staleness carries (the control
-    ran when the target was prepared: engine.target.proven); a record without it proves nothing."""
+    ran when the target was prepared: engine.verdict.target.proven); a record without it proves nothing."""
     entry = kv.entry("D909", STALE_ENTRY)
     staleness = Staleness(checked=True, stale=False, tool="ninja -n", pending=(), detail="no work to do")
     r = kv.run(entry, _with_staleness(kv.target_for("backend_ops_all_ok", sanitizer=None), staleness))
@@ -287,7 +287,7 @@ def test_a_current_answer_without_the_controls_proof_is_inconclusive(kv):
 
 def test_cli_run_confirmed_exit_1(kv, monkeypatch, capsys):
     """`kvdiag run D2 --build B` builds its own target; only the GPU query is replaced."""
-    monkeypatch.setattr("kvdiag.target.host.fingerprint_gpu", lambda **kw: fake_gpu())
+    monkeypatch.setattr("kvdiag.workspace.host.fingerprint_gpu", lambda **kw: fake_gpu())
     build = kv.build("backend_ops_d2_diverges")
     code = main(["run", "D2", "--build", str(build), "--sanitizer", str(kv.sanitizer()), "--quiet"])
     out = capsys.readouterr().out
@@ -299,7 +299,7 @@ def test_cli_run_confirmed_exit_1(kv, monkeypatch, capsys):
 
 
 def test_cli_run_confirmed_json(kv, monkeypatch, capsys):
-    monkeypatch.setattr("kvdiag.target.host.fingerprint_gpu", lambda **kw: fake_gpu())
+    monkeypatch.setattr("kvdiag.workspace.host.fingerprint_gpu", lambda **kw: fake_gpu())
     build = kv.build("backend_ops_d2_diverges")
     code = main(["run", "D2", "--build", str(build), "--sanitizer", str(kv.sanitizer()), "--format", "json"])
     data = json.loads(capsys.readouterr().out)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import kvdiag.engine.execute as execute
+import kvdiag.engine.verdict.execute as execute
 from kvdiag.cli import main
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.exitcodes import ExitCode
 
 

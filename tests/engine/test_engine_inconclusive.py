@@ -12,7 +12,7 @@ import sys
 from engine_helpers import (
     ALLOWED, D2_CASE, EARLIER_CASE, EARLIER_CASE_LINE, REFUSED, REPO, SCENARIO_BUILDS, d2_like, pid_gone, wait_until,
 )
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 
 
 def test_other_abort_is_inconclusive_naming_the_abort_and_the_case(kv, d2):

@@ -5,7 +5,7 @@ confirmed and inconclusive."""
 from __future__ import annotations
 
 from engine_helpers import ALLOWED, d2_like
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 
 
 def test_clean_run_with_a_passed_control_is_not_reproduced(kv, d2):

@@ -1,4 +1,4 @@
-"""The launch-proof gate (kvdiag.engine.launch_proof) on recorded device output and staged symbol listings.
+"""The launch-proof gate (kvdiag.engine.evidence.launch_proof) on recorded device output and staged symbol listings.
 
 Device output: one batch of D2's scan on an H200 (ggml d99724f2, tests/fixtures/device/
 h200x2-ggml-session3/batch-on-a-terminal.stdout.log.gz): 9 cases, 3 affected, 6 clean, run by
@@ -17,21 +17,21 @@ from pathlib import Path
 import pytest
 
 from kvdiag.controls.gate import Gate
-from kvdiag.engine.execute import _built_without
-from kvdiag.engine.judge import judge_attempt
-from kvdiag.engine.launch_proof import LaunchContext, entry_kernels, judge_launch
-from kvdiag.engine.observe import observe_segment
-from kvdiag.engine.presence import after_running
-from kvdiag.engine.scan import scan_step
-from kvdiag.engine.scan_batch import batch_step
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.verdict.execute import _built_without
+from kvdiag.engine.verdict.judge import judge_attempt
+from kvdiag.engine.evidence.launch_proof import LaunchContext, entry_kernels, judge_launch
+from kvdiag.engine.evidence.observe import observe_segment
+from kvdiag.engine.verdict.presence import after_running
+from kvdiag.engine.scan.cases import scan_step
+from kvdiag.engine.scan.batch import batch_step
+from kvdiag.records.verdict import Verdict
 from kvdiag.parse.case_segments import split_cases
 from kvdiag.parse.launches import parse_launches
 from kvdiag.parse.symbols import demangled_kernels, nm_kernels
 from kvdiag.parse.text import strip_ansi
 from kvdiag.records.ranges import RangeEvidence
 from kvdiag.registry.loader import load_registry
-from kvdiag.target.kernel_symbols import KernelSymbols
+from kvdiag.workspace.kernel_symbols import KernelSymbols
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BATCH = FIXTURES / "device" / "h200x2-ggml-session3" / "batch-on-a-terminal.stdout.log.gz"
@@ -159,7 +159,7 @@ def judge_in_range(d2, batch, context: LaunchContext, listed: bool) -> list:
 
 def test_inside_a_range_a_build_without_the_kernel_stays_not_applicable_naming_the_range(d2, batch):
     """The symbols are build evidence that the defect's code cannot run here, whatever the history
-    says: the one not-applicable a range does not overturn (engine.presence), with a warning."""
+    says: the one not-applicable a range does not overturn (engine.verdict.presence), with a warning."""
     empty = KernelSymbols("lib-other.so", "cuobjdump", ("plain_kernel",))
     clean = [a for a in judge_in_range(d2, batch, LaunchContext(symbols=lambda: empty), listed=False)
              if a.verdict is not Verdict.CONFIRMED]

@@ -19,9 +19,9 @@ import shutil
 import pytest
 
 from engine_helpers import FIXTURES
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.probes.program_rebuild import ProbeProgram
-from kvdiag.target.kernel_symbols import KernelSymbols
+from kvdiag.workspace.kernel_symbols import KernelSymbols
 
 SOFT_MAX_KERNELS = ("soft_max_f32<true, 0, 0, float>", "soft_max_f32<true, 0, 0, __half>",
                     "soft_max_f32<false, 0, 0, float>", "soft_max_back_f32")

@@ -1,5 +1,5 @@
-"""A sanitized step's launches, listed without the sanitizer by kvdiag's CUPTI lister (engine.listing_pass),
-and a scan's sanitized cases named by their route phase (engine.scan_phases.with_route_launches).
+"""A sanitized step's launches, listed without the sanitizer by kvdiag's CUPTI lister (engine.verdict.listing_pass),
+and a scan's sanitized cases named by their route phase (engine.scan.phases.with_route_launches).
 
 The recorded H100 output (tests/fixtures/device/h100-launch-lister/) is the ground truth: the lister
 lists runtime and driver launches inside their cases, and under compute-sanitizer it cannot subscribe
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.launch_program import INJECTION_ENV
-from kvdiag.engine.listing_pass import listed_without_sanitizer
-from kvdiag.engine.observe import Observations
-from kvdiag.engine.planning import PlannedStep
-from kvdiag.engine.scan_phases import with_route_launches
+from kvdiag.engine.verdict.launch_program import INJECTION_ENV
+from kvdiag.engine.verdict.listing_pass import listed_without_sanitizer
+from kvdiag.engine.evidence.observe import Observations
+from kvdiag.engine.verdict.planning import PlannedStep
+from kvdiag.engine.scan.phases import with_route_launches
 from kvdiag.parse.launches import LISTER_READY, confirmed_listing, parse_launches
 from kvdiag.records.verdict import Attempt, Evidence, Verdict
 from kvdiag.registry.entry import Step
-from kvdiag.target.launch_lister import LISTER_NAME, LauncherLibrary
+from kvdiag.workspace.launch_lister import LISTER_NAME, LauncherLibrary
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "device" / "h100-launch-lister"
 KERNELS = ["scale_by<2>", "scale_by<3>", "add_one"]

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from history_repos import GGML_URL, LLAMA_URL, Staged, isolated_git  # noqa: F401 - fixture
-from kvdiag.engine import placement as placement_module
-from kvdiag.engine.placement import tree_range_evidence as range_evidence
-from kvdiag.engine.ranges import short
+from kvdiag.engine.verdict import placement as placement_module
+from kvdiag.engine.verdict.placement import tree_range_evidence as range_evidence
+from kvdiag.engine.verdict.ranges import short
 from kvdiag.registry.entry import Entry
-from kvdiag.target.blob_timeline import timeline_from_git
-from kvdiag.target.blobs import blob_id, read_version_stamp
-from kvdiag.target.history import HISTORY_ENV, TreeHistory
+from kvdiag.workspace.placement.blob_timeline import timeline_from_git
+from kvdiag.workspace.placement.blobs import blob_id, read_version_stamp
+from kvdiag.workspace.history import HISTORY_ENV, TreeHistory
 
 FATTN = "src/ggml-cuda/fattn.cu"
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.placement import shipped_timeline
-from kvdiag.engine.ranges import evaluate_range
+from kvdiag.engine.verdict.placement import shipped_timeline
+from kvdiag.engine.verdict.ranges import evaluate_range
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.repos import GGML
-from kvdiag.target.placed_history import LineHistory
+from kvdiag.workspace.placement.placed_history import LineHistory
 
 RECORD = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "ranges" / "placements.json").read_text())
 TREES = RECORD["trees"]

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from history_repos import FORK_URL, GGML_URL, LLAMA_URL, Staged, git, isolated_git  # noqa: F401 - fixture
-from kvdiag.engine.ranges import evaluate_range, identify, range_evidence, short
+from kvdiag.engine.verdict.ranges import evaluate_range, identify, range_evidence, short
 from kvdiag.registry.entry import Entry
 from kvdiag.registry.ranges import GitRange
-from kvdiag.target.history import TreeHistory
+from kvdiag.workspace.history import TreeHistory
 
 
 @pytest.fixture

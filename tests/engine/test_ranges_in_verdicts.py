@@ -20,8 +20,8 @@ import pytest
 from engine_helpers import REGISTRY
 from history_repos import LLAMA_URL, Staged, git, isolated_git  # noqa: F401 - fixture
 from kvdiag.cli import main
-from kvdiag.engine.ranges import short
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.verdict.ranges import short
+from kvdiag.records.verdict import Verdict
 from kvdiag.registry.loader import load_registry
 
 D11_FIX = "85f99dca8b4539163e6858c9df7c9e8b0ad3632a"
@@ -218,7 +218,7 @@ def test_cli_json_carries_the_range_and_exits_4_before_the_fix(kv, d11, history,
 
     repo, c = history
     repo.checkout("b9584")
-    monkeypatch.setattr("kvdiag.target.host.fingerprint_gpu", lambda **kw: fake_gpu())
+    monkeypatch.setattr("kvdiag.workspace.host.fingerprint_gpu", lambda **kw: fake_gpu())
     code = main(["run", "D11", "--build", str(build_on(kv, repo.path)), "--format", "json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 4
@@ -229,12 +229,12 @@ def test_cli_json_carries_the_range_and_exits_4_before_the_fix(kv, d11, history,
 def test_a_scan_with_no_case_to_run_is_judged_by_the_range_too(kv, d11, history, monkeypatch):
     """`kvdiag scan` used to run nothing and exit 0; now the range decides, as for `kvdiag run`."""
     from engine_helpers import fake_gpu
-    from kvdiag.engine.scan_session import run_scan
+    from kvdiag.engine.scan.session import run_scan
     from kvdiag.errors import ScanNotRun
 
     repo, c = history
     repo.checkout("b9584")
-    monkeypatch.setattr("kvdiag.target.host.fingerprint_gpu", lambda **kw: fake_gpu())
+    monkeypatch.setattr("kvdiag.workspace.host.fingerprint_gpu", lambda **kw: fake_gpu())
     with pytest.raises(ScanNotRun) as caught:
         run_scan(d11, build_on(kv, repo.path), jobs=1, op="CONCAT", params="type=f16", limit=None, sanitizer=None)
     assert caught.value.verdict == "inconclusive"
@@ -266,12 +266,12 @@ def test_every_case_refused_inside_an_affected_range_is_inconclusive(kv, history
 def test_a_scan_whose_every_case_is_refused_inside_a_range_is_inconclusive_as_run_is(kv, history, monkeypatch):
     """`kvdiag scan` answered not-applicable here while `kvdiag run` said inconclusive: one answer per entry."""
     from engine_helpers import fake_gpu
-    from kvdiag.engine.scan_session import run_scan
+    from kvdiag.engine.scan.session import run_scan
     from kvdiag.errors import ScanNotRun
 
     repo, c = history
     entry = staged_d11(kv, c["fix"])
-    monkeypatch.setattr("kvdiag.target.host.fingerprint_gpu", lambda **kw: fake_gpu())
+    monkeypatch.setattr("kvdiag.workspace.host.fingerprint_gpu", lambda **kw: fake_gpu())
     for tag, wanted in (("b9584", "inconclusive"), ("b10497", "not-applicable")):
         repo.checkout(tag)
         build = build_on(kv, repo.path, f16_cases=True)

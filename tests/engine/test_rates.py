@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict
-from kvdiag.engine.verify import compare_rates
+from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict
+from kvdiag.engine.verify.session import compare_rates
 from kvdiag.records.rates import Rate, fisher_exact_two_sided, wilson_interval
 from kvdiag.report.templating import render
 

@@ -118,7 +118,7 @@ def test_dealt_batches_keep_every_verdict_and_are_as_fast_on_one_gpu_as_on_two()
 
 def test_cupy_s_cut_uuid_was_recorded_as_it_happened():
     """The run that found it: GPU 1's UUID holds a zero byte; the fingerprint (from cupy)
-    kept only the bytes before it (fixed since: see tests/target/test_target_gpu.py)."""
+    kept only the bytes before it (fixed since: see tests/workspace/test_target_gpu.py)."""
     smi = (HERE / "device-x2-call12.log").read_text()
     assert "1, NVIDIA H200, GPU-0d4134fc-10d5-59e4-1f21-0077caab442a" in smi
     gpu = load_gz_json(HERE / "scan-dealt-two-gpus.run.json.gz")["target"]["environment"]["gpu"]

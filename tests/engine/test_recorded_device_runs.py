@@ -16,11 +16,11 @@ import pytest
 from engine_helpers import read_recorded
 
 from kvdiag.cli import main
-from kvdiag.engine.execute import no_sanitizer_gate
-from kvdiag.engine.judge import judge_attempt
-from kvdiag.engine.observe import observe
-from kvdiag.engine.scan import CaseSpace, ScanResult
-from kvdiag.engine.verdict import Attempt, Evidence, Verdict
+from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.engine.verdict.judge import judge_attempt
+from kvdiag.engine.evidence.observe import observe
+from kvdiag.engine.scan.cases import CaseSpace, ScanResult
+from kvdiag.records.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.proc.runner import CommandResult
 from kvdiag.registry.loader import load_registry

@@ -18,12 +18,18 @@ import pytest
 from engine_helpers import read_recorded
 from test_recorded_device_runs import recorded_result
 
-from kvdiag.engine.attribution import (IMPRECISE, Attribution, candidate_cases, needs_attribution, own_output,
-                                       reproduces)
-from kvdiag.engine.execute import no_sanitizer_gate
-from kvdiag.engine.judge import judge_attempt
-from kvdiag.engine.observe import observe
-from kvdiag.engine.verdict import Attempt, Outcome, Verdict
+from kvdiag.engine.run.attribution import (
+    IMPRECISE,
+    Attribution,
+    candidate_cases,
+    needs_attribution,
+    own_output,
+    reproduces,
+)
+from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.engine.verdict.judge import judge_attempt
+from kvdiag.engine.evidence.observe import observe
+from kvdiag.records.verdict import Attempt, Outcome, Verdict
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.registry.loader import load_registry
 from kvdiag.report.run_text import render_outcome

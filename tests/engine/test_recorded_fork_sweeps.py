@@ -101,7 +101,7 @@ def test_the_typescripts_show_progress_while_the_sweep_runs(kind, seconds):
 
 def test_d13_in_the_recorded_sweeps_is_the_always_run_false_positive(tmp_path):
     """Recorded before the fix: the six steps are the UI asset command and what hangs off it.
-    Today's check discounts them (tests/target/test_staleness_always_run.py stages that shape)."""
+    Today's check discounts them (tests/workspace/test_staleness_always_run.py stages that shape)."""
     dry_run = [ln.split("] ", 1)[1] for ln in text("D13-staleness-ninja-cold.log").splitlines() if ln.startswith("[")]
     assert dry_run[0] == "Provisioning UI assets" and len(dry_run) == 6
     for kind in ("cold", "warm"):

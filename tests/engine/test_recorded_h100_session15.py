@@ -19,14 +19,14 @@ import pytest
 
 from engine_helpers import FIXTURES
 from kvdiag.controls.gate import Gate
-from kvdiag.engine.judge import judge_attempt
-from kvdiag.engine.launch_proof import LaunchContext
-from kvdiag.engine.observe import observe
-from kvdiag.engine.verdict import Attempt, Verdict
+from kvdiag.engine.verdict.judge import judge_attempt
+from kvdiag.engine.evidence.launch_proof import LaunchContext
+from kvdiag.engine.evidence.observe import observe
+from kvdiag.records.verdict import Attempt, Verdict
 from kvdiag.parse.sanitizer import parse_sanitizer
 from kvdiag.proc.runner import CommandResult
 from kvdiag.registry.loader import load_registry
-from kvdiag.target.kernel_symbols import KernelSymbols
+from kvdiag.workspace.kernel_symbols import KernelSymbols
 
 SESSION = FIXTURES / "device" / "h100-session15"
 OLD, NEW = "d6754f3d0e6d0acd21c12442353c9fd2f94188e7", "d99724f2b141fed9e1a9f402213506c081433465"

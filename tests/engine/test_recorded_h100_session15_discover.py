@@ -177,9 +177,9 @@ def _draft_attempt(runs: Path, entry_id: str, run_id: str, tree: str):
     from test_recorded_h100_session15 import NEW, OLD, new_tree_symbols, recorded_result, run_json
 
     from kvdiag.controls.gate import Gate
-    from kvdiag.engine.judge import judge_attempt
-    from kvdiag.engine.launch_proof import LaunchContext
-    from kvdiag.engine.observe import observe
+    from kvdiag.engine.verdict.judge import judge_attempt
+    from kvdiag.engine.evidence.launch_proof import LaunchContext
+    from kvdiag.engine.evidence.observe import observe
     from kvdiag.registry.loader import load_registry
 
     entry = load_registry(FIXTURE / "drafts").get(entry_id)

@@ -16,12 +16,12 @@ import pytest
 
 from engine_helpers import FIXTURES
 from recorded_session import RecordedSession, affected
-from kvdiag.engine.launch_proof import LaunchContext, judge_launch
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.evidence.launch_proof import LaunchContext, judge_launch
+from kvdiag.records.verdict import Verdict
 from kvdiag.exitcodes import ExitCode
 from kvdiag.parse.launches import Launch
 from kvdiag.registry.loader import load_registry
-from kvdiag.target.kernel_symbols import KernelSymbols
+from kvdiag.workspace.kernel_symbols import KernelSymbols
 
 SESSION = FIXTURES / "device" / "h100-session8"
 UPSTREAM = "749f688fcaa4c472ec034b08cb8a907c45cfaa02"

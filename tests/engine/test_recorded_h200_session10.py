@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.bisect_resume import load_resumed
-from kvdiag.engine.bisect_step import read_steps
-from kvdiag.engine.scratch_build import BuildRecipe
+from kvdiag.engine.bisect.resume import load_resumed
+from kvdiag.engine.bisect.step import read_steps
+from kvdiag.workspace.scratch_build import BuildRecipe
 from kvdiag.errors import UsageError
 from kvdiag.records.bisect import GOOD, Direction
 from kvdiag.registry.loader import load_registry

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.bisect_resume import read_resumed
-from kvdiag.engine.bisect_step import read_steps
+from kvdiag.engine.bisect.resume import read_resumed
+from kvdiag.engine.bisect.step import read_steps
 from recorded_d1_bisection import FIXTURES, OLD_END, SESSION10, SESSION12, resume, stores
 
 

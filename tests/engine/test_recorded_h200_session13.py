@@ -7,8 +7,8 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
-from kvdiag.engine.bisect_resume import read_resumed
-from kvdiag.engine.bisect_step import read_steps
+from kvdiag.engine.bisect.resume import read_resumed
+from kvdiag.engine.bisect.step import read_steps
 from recorded_d1_bisection import FIXTURES, OLD_END, SESSION10, SESSION12, SESSION13, resume, stores
 
 

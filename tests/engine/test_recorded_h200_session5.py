@@ -16,11 +16,11 @@ import json
 import pytest
 
 from engine_helpers import FIXTURES
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.parse.sanitizer import parse_sanitizer, site_label
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.verify import verify_entries
-from kvdiag.target.tree import Tree
+from kvdiag.workspace.tree import Tree
 from tree_stand_in import listing, stand_in
 
 SESSION = FIXTURES / "device" / "h200-session5"

@@ -17,9 +17,9 @@ import re
 import pytest
 
 from engine_helpers import FIXTURES, Printed, judge_d5_servers
-from kvdiag.engine.judge import Gate, judge_attempt
-from kvdiag.engine.observe import observe
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.verdict.judge import Gate, judge_attempt
+from kvdiag.engine.evidence.observe import observe
+from kvdiag.records.verdict import Verdict
 from kvdiag.records.rates import wilson_interval
 from kvdiag.registry.loader import load_registry
 

@@ -17,14 +17,14 @@ import pytest
 
 from engine_helpers import FIXTURES
 from recorded_session import RecordedSession, affected
-from kvdiag.engine.launch_proof import LaunchContext, judge_launch
-from kvdiag.engine.radius import measure_radius
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.evidence.launch_proof import LaunchContext, judge_launch
+from kvdiag.engine.scan.radius import measure_radius
+from kvdiag.records.verdict import Verdict
 from kvdiag.parse.launches import parse_launches
 from kvdiag.parse.symbols import demangled_kernels
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.radius import tables_for
-from kvdiag.target.kernel_symbols import KernelSymbols
+from kvdiag.workspace.kernel_symbols import KernelSymbols
 
 SESSION = FIXTURES / "device" / "h200-session7"
 UPSTREAM = "749f688fcaa4c472ec034b08cb8a907c45cfaa02"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvdiag.engine.bisect import ends_problem
-from kvdiag.engine.bisect_step import build_failure_reason, read_steps
+from kvdiag.engine.bisect.bisection import ends_problem
+from kvdiag.engine.bisect.step import build_failure_reason, read_steps
 from kvdiag.errors import BuildFailed
 from kvdiag.records.bisect import SKIP, Direction
 
@@ -104,7 +104,7 @@ def test_the_slot_pool_not_the_gpu_bounded_the_scans():
 def test_the_first_error_is_found_in_a_real_build_under_either_ninja(ninja, tmp_path: Path):
     """The recorded log is ninja 1.13's; CI's ninja is 1.11. A real cmake + ninja build of a file whose header
     is gone (the f7832345b failure, in miniature) gives the same reason under both."""
-    from kvdiag.engine.scratch_build import BuildRecipe, build_tree
+    from kvdiag.workspace.scratch_build import BuildRecipe, build_tree
 
     source = tmp_path / "src"
     source.mkdir()

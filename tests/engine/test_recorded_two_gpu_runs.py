@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.sweep import needs_gpu
+from kvdiag.engine.sweep.session import needs_gpu
 from kvdiag.registry.loader import load_registry
 from kvdiag.report.compare import compare_sweeps
 from kvdiag.report.formats.table import TableFormat

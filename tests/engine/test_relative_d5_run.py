@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import FIXTURES
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.registry.loader import load_registry
 from kvdiag.report.run_text import render_outcome
 from kvdiag.report.upstream import upstream_report

@@ -1,4 +1,4 @@
-"""Relative signatures (kvdiag.engine.relative): a figure of the judged step against its comparison arm's.
+"""Relative signatures (kvdiag.engine.evidence.relative): a figure of the judged step against its comparison arm's.
 
 D5 is the registry's use: the kvarn5 server's largest host compute buffer must be at least
 50 times the q8_0 server's. The lines are the recorded ones (tests/fixtures/d5-compute-buffers,
@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from engine_helpers import FIXTURES, Printed
-from kvdiag.engine.judge import Gate, judge_attempt
-from kvdiag.engine.observe import ArmReading, observe
-from kvdiag.engine.relative import figures, pick
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.verdict.judge import Gate, judge_attempt
+from kvdiag.engine.evidence.observe import ArmReading, observe
+from kvdiag.engine.evidence.relative import figures, pick
+from kvdiag.records.verdict import Verdict
 from kvdiag.registry.loader import load_registry
 
 BUFFERS = FIXTURES / "d5-compute-buffers"
@@ -106,8 +106,8 @@ def test_the_arm_is_not_read_when_the_step_printed_no_figure(d5):
 def test_a_difference_threshold_and_an_unbounded_ratio(d5):
     import dataclasses
 
-    from kvdiag.engine.relative import compare
-    from kvdiag.engine.relative import Figure
+    from kvdiag.engine.evidence.relative import compare
+    from kvdiag.engine.evidence.relative import Figure
 
     ratio = d5.signature[0]
     difference = dataclasses.replace(ratio, ratio_min=None, difference_min=500.0)

@@ -27,16 +27,16 @@ from typing import Any
 
 import pytest
 
-import kvdiag.engine.scan as scan_mod
+import kvdiag.engine.scan.cases as scan_mod
 from engine_helpers import (
     ALLOWED, NO_GPU, REPO, SCENARIO_BUILDS, Scenarios, d2_like, pid_gone, wait_until,
 )
 from isolation import isolate
 from kvdiag.cli import main
-from kvdiag.engine.execute import no_sanitizer_gate
-from kvdiag.engine.scan import CaseSpace, ScanResult, enumerate_cases, exact_case_regex, scan, scan_step
+from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.engine.scan.cases import CaseSpace, ScanResult, enumerate_cases, exact_case_regex, scan, scan_step
 from kvdiag.report.scan_text import render_scan
-from kvdiag.engine.verdict import Attempt, Evidence, Verdict
+from kvdiag.records.verdict import Attempt, Evidence, Verdict
 from kvdiag.errors import UsageError
 from kvdiag.store.runs import RunDir
 
@@ -351,7 +351,7 @@ def test_ctrl_c_keeps_every_finished_case_even_mid_recording(monkeypatch):
             pass
         return Attempt("fast", index, Verdict.INCONCLUSIVE, "interrupted", Evidence())
 
-    import kvdiag.engine.dispatch as dispatch_mod
+    import kvdiag.engine.scan.dispatch as dispatch_mod
 
     real_wait = dispatch_mod.wait
 
@@ -421,7 +421,7 @@ def test_ctrl_c_mid_scan_records_partial_results_and_leaves_no_process(kv):
 @pytest.fixture
 def no_gpu(monkeypatch):
     """prepare_target as on a machine without a GPU (this one has none; a GPU machine gets the same)."""
-    import kvdiag.engine.scan_session as session
+    import kvdiag.engine.scan.session as session
 
     real = session.prepare_target
 
@@ -528,7 +528,7 @@ def test_a_program_that_dies_before_listing_is_not_an_empty_case_space(kv):
 
 
 def test_the_scan_of_such_a_program_is_inconclusive_in_one_line(kv, monkeypatch, capsys):
-    import kvdiag.engine.scan_session as session
+    import kvdiag.engine.scan.session as session
     from engine_helpers import fake_gpu
 
     real = session.prepare_target

@@ -27,10 +27,10 @@ from test_scan import (  # noqa: E402
 )
 
 from kvdiag.cli import main
-from kvdiag.engine.scan import CaseSpace, deal, exact_case_regex
-from kvdiag.engine.scan_batch import MAX_BATCH, auto_batch_size, batch_regex, batch_step, batchable
+from kvdiag.engine.scan.cases import CaseSpace, deal, exact_case_regex
+from kvdiag.engine.scan.batch import MAX_BATCH, auto_batch_size, batch_regex, batch_step, batchable
 from kvdiag.report.scan_text import render_scan
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.store.runs import RunDir
 
 CLEAN_SPACE = [*DIVERGING, *OK_CASES]     # no hang, no other death
@@ -197,8 +197,8 @@ def test_only_a_test_backend_ops_step_with_a_params_regex_is_batched(d2):
 
 @pytest.mark.parametrize("argv, batch", [([], 0), (["--batch", "1"], 1), (["--batch", "12"], 12)])
 def test_cli_batch_option_reaches_the_scan(kv, monkeypatch, argv, batch):
-    import kvdiag.engine.scan_session as session
-    from kvdiag.engine.scan import ScanResult
+    import kvdiag.engine.scan.session as session
+    from kvdiag.engine.scan.cases import ScanResult
 
     seen = {}
 
@@ -220,7 +220,7 @@ def test_cli_batch_out_of_range_is_a_usage_error(kv, capsys):
 
 @pytest.mark.parametrize("n_devices, batched, workers", [(1, True, 16), (2, True, 8), (3, True, 6), (2, False, 16)])
 def test_default_workers_share_one_gpu_s_pool_among_gpus_when_batched(n_devices, batched, workers, monkeypatch):
-    from kvdiag.engine.scan_session import default_workers
+    from kvdiag.engine.scan.session import default_workers
 
     monkeypatch.delenv("KVDIAG_GPU_SLOTS", raising=False)
     monkeypatch.setattr("kvdiag.proc.slots.os.cpu_count", lambda: 16)     # a 16-core host, as the H200's

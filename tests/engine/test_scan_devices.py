@@ -15,10 +15,10 @@ from collections import Counter
 from engine_helpers import ALLOWED
 from test_scan import HANG, OP, scan_entry_body
 
-from kvdiag.engine.execute import no_sanitizer_gate
-from kvdiag.engine.scan import CaseSpace, enumerate_cases, scan
+from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.engine.scan.cases import CaseSpace, enumerate_cases, scan
 from kvdiag.store.runs import RunDir
-from kvdiag.target.gpu import GpuDevice, GpuFingerprint
+from kvdiag.workspace.gpu import GpuDevice, GpuFingerprint
 
 
 def two_gpus(target):

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import ALLOWED
-from kvdiag.engine.execute import no_sanitizer_gate
-from kvdiag.engine.scan import scan
-from kvdiag.engine.scan_kernels import group_by_kernel
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.engine.scan.cases import scan
+from kvdiag.engine.scan.kernels import group_by_kernel
+from kvdiag.records.verdict import Verdict
 from kvdiag.probes.program_rebuild import ProbeProgram
 from kvdiag.report.scan_formats import render_scan_markdown, render_scan_sarif
 from kvdiag.report.scan_text import render_scan
 from kvdiag.store.runs import RunDir
-from kvdiag.target.kernel_symbols import KernelSymbols
+from kvdiag.workspace.kernel_symbols import KernelSymbols
 from test_scan import CRASH, DIVERGING, HANG, OK_CASES, scan_scenarios, stage_space
 
 K44 = "flash_attn_ext_f16<256, 256, 4, 4, false, false>"
@@ -130,7 +130,7 @@ class _Target:
 
 
 def test_the_scan_chooses_the_probes_program_or_says_why_not(d2):
-    from kvdiag.engine.scan_session import choose_program
+    from kvdiag.engine.scan.session import choose_program
     from kvdiag.progress import Progress
 
     said = []
@@ -154,7 +154,7 @@ def test_the_scan_chooses_the_probes_program_or_says_why_not(d2):
 def test_without_params_the_scan_walks_the_radius_of_the_tree_at_hand(d2):
     from types import SimpleNamespace
 
-    from kvdiag.engine.scan_session import scan_space
+    from kvdiag.engine.scan.session import scan_space
 
     at = lambda commit: _Target(build=SimpleNamespace(git=SimpleNamespace(commit=commit)))   # noqa: E731
     def regexes(*commits):

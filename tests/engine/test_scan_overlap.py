@@ -1,4 +1,4 @@
-"""An overlapped routed scan (engine.scan_overlap) against the same scan with its phases one after the other.
+"""An overlapped routed scan (engine.scan.overlap) against the same scan with its phases one after the other.
 
 The staged space of test_scan_route (the stand-in test-backend-ops playing the launch probe's
 program: diverging, clean, vector-only, a hang and a crash) is scanned routed both ways; every case
@@ -17,16 +17,16 @@ import time
 
 import pytest
 
-import kvdiag.engine.scan as scan_mod
-import kvdiag.engine.scan_overlap as overlap_mod
-import kvdiag.engine.scan_route as route_mod
+import kvdiag.engine.scan.cases as scan_mod
+import kvdiag.engine.scan.overlap as overlap_mod
+import kvdiag.engine.scan.route as route_mod
 from engine_helpers import ALLOWED
-from kvdiag.engine.dispatch import UnitFeed
-from kvdiag.engine.scan import units_of
-from kvdiag.engine.scan_overlap import DetectBatcher
-from kvdiag.engine.scan_phases import run_phases
-from kvdiag.engine.scan_route import RoutedBatch, RouteOutcome
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.scan.dispatch import UnitFeed
+from kvdiag.engine.scan.cases import units_of
+from kvdiag.engine.scan.overlap import DetectBatcher
+from kvdiag.engine.scan.phases import run_phases
+from kvdiag.engine.scan.route import RoutedBatch, RouteOutcome
+from kvdiag.records.verdict import Verdict
 from kvdiag.probes.program_rebuild import ProbeProgram
 from kvdiag.report.scan_text import render_scan
 from kvdiag.store.runs import RunDir
@@ -323,8 +323,8 @@ def test_detect_starts_while_cases_are_still_being_routed(tmp_path_factory, monk
     third on, each waits (at most 10 s) for a detect process to have started. One after the other, none
     could have; overlapped, each finds one running, and every case comes out as the H200 recorded it."""
     from engine_helpers import REGISTRY, read_recorded
-    from kvdiag.engine.execute import no_sanitizer_gate
-    from kvdiag.engine.scan import enumerate_cases
+    from kvdiag.engine.verdict.execute import no_sanitizer_gate
+    from kvdiag.engine.scan.cases import enumerate_cases
     from kvdiag.registry.loader import load_registry
     from test_scan_route_recorded import EVERY, RECORDED, launches_of
 

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-import kvdiag.engine.scan_batch as scan_batch
+import kvdiag.engine.scan.batch as scan_batch
 from engine_helpers import ALLOWED, REPO
-from kvdiag.engine.execute import no_sanitizer_gate
-from kvdiag.engine.scan import deal, enumerate_cases
-from kvdiag.engine.scan_batch import MAX_PATTERN_BYTES, batch_regex, cases_per_pattern, pattern_cap
-from kvdiag.engine.scan_phases import run_phases
-from kvdiag.engine.scan_route import route_batch_size
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.engine.scan.cases import deal, enumerate_cases
+from kvdiag.engine.scan.batch import MAX_PATTERN_BYTES, batch_regex, cases_per_pattern, pattern_cap
+from kvdiag.engine.scan.phases import run_phases
+from kvdiag.engine.scan.route import route_batch_size
+from kvdiag.records.verdict import Verdict
 from kvdiag.errors import CommandNotFound
 from kvdiag.probes.program_rebuild import ProbeProgram
 from kvdiag.progress import Progress

@@ -1,4 +1,4 @@
-"""A routed scan (engine.scan_phases, engine.scan_route) against the same scan unrouted, on a staged space.
+"""A routed scan (engine.scan.phases, engine.scan.route) against the same scan unrouted, on a staged space.
 
 The stand-in test-backend-ops (tests/scenarios/builds/backend_ops_case_space.py) plays the launch
 probe's program: nb=3 cases launch D2's MMA kernel and diverge under the fake sanitizer, nb=32 cases
@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import ALLOWED, REFUSED
-from kvdiag.engine.execute import no_sanitizer_gate
-from kvdiag.engine.scan_phases import entry_kernel_filter, launch_changes, run_phases, why_not_routed
-from kvdiag.engine.scan_route import ROUTE_ROUNDS, route_batch_size
-from kvdiag.engine.verdict import Attempt, Evidence, Verdict
+from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.engine.scan.phases import entry_kernel_filter, launch_changes, run_phases, why_not_routed
+from kvdiag.engine.scan.route import ROUTE_ROUNDS, route_batch_size
+from kvdiag.records.verdict import Attempt, Evidence, Verdict
 from kvdiag.probes.program_rebuild import ProbeProgram
 from kvdiag.report.scan_text import render_scan
 from kvdiag.store.runs import RunDir
-from kvdiag.target.kernel_symbols import KernelSymbols
+from kvdiag.workspace.kernel_symbols import KernelSymbols
 from test_scan import (CRASH, DIVERGING, HANG, NOT_SUPPORTED, OK_CASES, case, scan_scenarios, stage_space)
 
 VEC = "flash_attn_ext_vec<256, 1, (ggml_type)1, (ggml_type)1, false>"
@@ -186,7 +186,7 @@ def test_a_refused_control_gives_routed_cases_the_unrouted_verdict(tmp_path_fact
 
 
 def test_shards_of_a_routed_scan_partition_the_cases(scans, tmp_path_factory):
-    from kvdiag.engine.scan_session import shard_space
+    from kvdiag.engine.scan.session import shard_space
     from kvdiag.shards import Shard, case_shard
 
     with scan_scenarios(tmp_path_factory, "scan-route-shards", "D926") as (root, kv, entry):
@@ -267,7 +267,7 @@ def test_a_routed_scans_own_cpu_counts_the_route_phase_too(tmp_path_factory, mon
     routed rows counted the detect phase only)."""
     import itertools
 
-    import kvdiag.engine.scan_phases as phases
+    import kvdiag.engine.scan.phases as phases
 
     clock = itertools.count(100)
     monkeypatch.setattr(phases.time, "process_time", lambda: float(next(clock)))
@@ -361,12 +361,12 @@ def test_ctrl_c_in_the_route_phase_keeps_what_was_routed_and_sanitizes_nothing(t
 def cli_scan(kv, monkeypatch):
     """`kvdiag scan` through the CLI on the staged space, the target's GPU replaced; `probe` decides
     whether the launch probe's program exists (the stand-in itself) or not (a build it cannot make)."""
-    import kvdiag.engine.scan_session as session
+    import kvdiag.engine.scan.session as session
     from engine_helpers import fake_gpu
     from kvdiag.cli import main
     from test_scan import scan_entry_body
 
-    from kvdiag.target.launch_lister import LauncherLibrary
+    from kvdiag.workspace.launch_lister import LauncherLibrary
 
     real = session.prepare_target
     made = {"probe": True, "lister": False}

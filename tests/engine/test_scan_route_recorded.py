@@ -21,10 +21,10 @@ import json
 import pytest
 
 from engine_helpers import ALLOWED, FIXTURES, read_recorded
-from kvdiag.engine.execute import no_sanitizer_gate
-from kvdiag.engine.scan import enumerate_cases
-from kvdiag.engine.scan_phases import run_phases
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.engine.scan.cases import enumerate_cases
+from kvdiag.engine.scan.phases import run_phases
+from kvdiag.records.verdict import Verdict
 from kvdiag.parse.launches import canonical, template_args
 from kvdiag.probes.program_rebuild import ProbeProgram
 from kvdiag.store.runs import RunDir

@@ -17,7 +17,7 @@ import pytest
 
 from engine_helpers import ALLOWED, fake_gpu
 from kvdiag.cli import main
-from kvdiag.engine.execute import no_sanitizer_gate
+from kvdiag.engine.verdict.execute import no_sanitizer_gate
 from kvdiag.shards import ENGINE_VARIABLES, case_shard
 from test_scan import CRASH, DIVERGING, NOT_SUPPORTED, OK_CASES, scan_entry_body
 
@@ -40,7 +40,7 @@ class Staged:
 
 @pytest.fixture
 def staged(kv, monkeypatch: pytest.MonkeyPatch) -> Staged:
-    import kvdiag.engine.scan_session as session
+    import kvdiag.engine.scan.session as session
 
     for names in ENGINE_VARIABLES.values():
         for name in names:

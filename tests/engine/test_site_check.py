@@ -1,4 +1,4 @@
-"""A confirmation's printed site held against the registry's site for that tree (engine.site_check).
+"""A confirmation's printed site held against the registry's site for that tree (engine.verdict.site_check).
 
 The recorded runs are BeeLlama's on the H200 (tests/fixtures/device/h200-fork-llama-session4):
 D2's sanitizer printed `fattn-mma-f16.cuh:1607`, D1's abort `fattn.cu:380`. The trees are
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import FIXTURES
-from kvdiag.engine.site_check import check_site, printed_sites
-from kvdiag.engine.verdict import Outcome
-from kvdiag.target.tree import Tree
+from kvdiag.engine.verdict.site_check import check_site, printed_sites
+from kvdiag.records.verdict import Outcome
+from kvdiag.workspace.tree import Tree
 from tree_stand_in import listing, stand_in
 
 

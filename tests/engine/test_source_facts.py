@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import REGISTRY
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.registry.loader import load_registry
-from kvdiag.target.tree import ABSENT, FOUND, UNKNOWN, Tree
+from kvdiag.workspace.tree import ABSENT, FOUND, UNKNOWN, Tree
 
 ROUTER_BEFORE_320 = """\
     switch (K->ne[0]) {

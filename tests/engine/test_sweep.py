@@ -14,13 +14,21 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-import kvdiag.engine.sweep as sweep_mod
+import kvdiag.engine.sweep.session as sweep_mod
 from kvdiag.commands.sweeps import merge_cmd, sweep_cmd
-from kvdiag.engine.execute import RunInterrupted
-from kvdiag.engine.judge import Gate
-from kvdiag.engine.sweep import (SWEEP_FILE, build_sweep, execute_entries, needs_gpu, run_sweep, select_entries, shard_entries,
-                                 sweep_exit_code)
-from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict
+from kvdiag.engine.verdict.execute import RunInterrupted
+from kvdiag.engine.verdict.judge import Gate
+from kvdiag.engine.sweep.session import (
+    SWEEP_FILE,
+    build_sweep,
+    execute_entries,
+    needs_gpu,
+    run_sweep,
+    select_entries,
+    shard_entries,
+    sweep_exit_code,
+)
+from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict
 from kvdiag.errors import UsageError
 from kvdiag.registry.entry import Entry
 from kvdiag.store.history import history

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-import kvdiag.engine.sweep as sweep_mod
+import kvdiag.engine.sweep.session as sweep_mod
 from engine_helpers import REPO
-from kvdiag.engine.budget import BUDGET_FLOOR_S, compiles, step_budget
-from kvdiag.engine.execute import no_sanitizer_gate
-from kvdiag.engine.sweep import run_sweep
+from kvdiag.engine.verdict.budget import BUDGET_FLOOR_S, compiles, step_budget
+from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.engine.sweep.session import run_sweep
 from kvdiag.errors import UsageError
 from kvdiag.store.sweeps import load_sweep
 from process_checks import pid_gone, wait_until

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from git_projects import BUILD, CONFIGURE, PROBE, commit, env, git, new_project, run_cli, scratch_dirs, worktrees  # noqa: F401
-from kvdiag.engine.scratch_build import BuildRecipe, cmake_configure_argv, substitute
-from kvdiag.engine.verify import Conclusion
+from kvdiag.workspace.scratch_build import BuildRecipe, cmake_configure_argv, substitute
+from kvdiag.engine.verify.session import Conclusion
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_a_failing_build_shows_its_log_tail_and_cleans_up(project: Path, env: Pa
 
 def test_configuration_is_reused_from_the_users_cmake_cache(tmp_path: Path, env: Path):
     """Without --configure-cmd, the scratch build is configured from the user's CMakeCache.txt."""
-    from kvdiag.target.build import inspect_build
+    from kvdiag.workspace.build import inspect_build
 
     build = tmp_path / "cmake-build"
     build.mkdir()

@@ -18,7 +18,7 @@ import pytest
 
 from git_projects import (BUILD, CONFIGURE, PROBE, env, git, new_project, run_cli, scratch_dirs,  # noqa: F401
                           worktrees)
-from kvdiag.engine.scratch_build import substitute
+from kvdiag.workspace.scratch_build import substitute
 from kvdiag.store.runs import RunDir, RunStore
 
 ENTRY = """\
@@ -308,7 +308,7 @@ def test_a_run_on_another_build_is_refused(p: Project, capsys, tmp_path: Path):
 
 
 def test_an_interrupted_run_is_refused(p: Project, capsys, monkeypatch):
-    from kvdiag.engine import execute
+    from kvdiag.engine.verdict import execute
 
     real, calls = execute.attempt_step, []
 

@@ -180,7 +180,7 @@ def test_g10_a_template_payload_fails_lint_and_executes_nowhere(kv: Faults):
 
 
 def test_g11_the_sandbox_refuses_a_payload_even_if_lint_is_bypassed(kv: Faults):
-    from kvdiag.engine.planning import _render, render_step
+    from kvdiag.engine.verdict.planning import _render, render_step
     from kvdiag.errors import UnsafeTemplate
     from kvdiag.registry.sandbox import SecurityError
 
@@ -292,7 +292,7 @@ def test_g14_hostile_gguf_lengths_are_65_with_the_offset(kv: Faults, name, conte
 
 
 def test_g15_a_hostile_model_in_a_run_finishes_the_run_skipped(kv: Faults, monkeypatch):
-    from kvdiag.engine.applicability import check_model_keys
+    from kvdiag.engine.verdict.applicability import check_model_keys
 
     model = kv.root / "hostile.gguf"
     model.write_bytes(_gguf(_kv(b"a", 9, struct.pack("<IQ", 9, 1) * 5000)))
@@ -323,7 +323,7 @@ def test_g16_a_full_disk_at_the_end_of_a_run_still_finishes_run_json(kv: Faults,
 
 
 def test_g17_an_error_inside_a_run_finishes_it_failed_with_the_reason(kv: Faults, monkeypatch):
-    import kvdiag.engine.execute as execute
+    import kvdiag.engine.verdict.execute as execute
 
     def broken(*a, **k):
         raise execute.UsageError("the planner could not go on")
@@ -606,7 +606,7 @@ def test_g33_ten_megabytes_of_output_are_stored_once(kv: Faults):
 
 
 def test_g34_a_hanging_help_probe_is_bounded_and_announced(kv: Faults, monkeypatch, capsys):
-    import kvdiag.target.backend_ops as build_mod
+    import kvdiag.workspace.backend_ops as build_mod
 
     monkeypatch.setattr(build_mod, "PROBE_QUIET_S", 0.5)
     build = kv.build("hangs_on_help.sh")

@@ -25,7 +25,7 @@ import pytest
 
 from faults_helpers import (BUILDS, REPO, Faults, assert_all_gone, fake_gpu_toolchain, no_run_left_open, one_line,
                             signal_when_started, started_runs)
-from kvdiag.engine.scratch_build import substitute
+from kvdiag.workspace.scratch_build import substitute
 
 SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "Test",

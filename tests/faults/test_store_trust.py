@@ -101,7 +101,7 @@ def test_a_run_store_others_can_write_is_refused_before_a_run(kv: Faults):
 
 def test_a_planted_cache_file_runs_nothing_and_is_replaced_by_data(kv: Faults):
     """The attack of issue 28: a serialized object planted as the test-backend-ops probe's cache."""
-    from kvdiag.target.memo import binary_key
+    from kvdiag.workspace.memo import binary_key
 
     build = kv.build("throws_healthily.sh")
     key = binary_key(build / "bin" / "test-backend-ops")

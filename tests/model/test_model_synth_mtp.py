@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from kvdiag.commands.model import model_group
-from kvdiag.engine.applicability import check_model_keys
+from kvdiag.engine.verdict.applicability import check_model_keys
 from kvdiag.errors import UsageError
 from kvdiag.model.gguf_meta import read_metadata
 from kvdiag.model.synth import MIN_VOCAB, ModelSpec, synthesize

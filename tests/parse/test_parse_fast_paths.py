@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from kvdiag.engine.planning import escape_params
+from kvdiag.engine.verdict.planning import escape_params
 from kvdiag.parse.backend_ops import BackendOpsReader, parse_backend_ops
 from kvdiag.parse.sanitizer import parse_sanitizer
 from kvdiag.parse.text import clean_line, iter_lines, strip_ansi

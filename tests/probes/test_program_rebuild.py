@@ -18,7 +18,7 @@ import pytest
 
 from kvdiag.probes.patch import parse_probe_file
 from kvdiag.probes.program_rebuild import probe_program
-from kvdiag.target.program_recipe import RecipeUnavailable, parse_recipe
+from kvdiag.workspace.program_recipe import RecipeUnavailable, parse_recipe
 
 LISTING = Path(__file__).resolve().parents[1] / "fixtures" / "build" / "ggml-d99724f2-cpu.ninja-commands.txt"
 needs_tools = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++") and shutil.which("git")),

@@ -221,7 +221,7 @@ def test_device_keys_stay_inside_the_lock_root(root):
 
 
 def test_gpu_slots_is_the_memory_rule_unless_the_machine_is_given_a_count(monkeypatch):
-    from kvdiag.engine.scan_session import default_workers
+    from kvdiag.engine.scan.session import default_workers
     from kvdiag.errors import UsageError
     from kvdiag.proc.slots import SLOTS_VARIABLE, gpu_slots
 
@@ -260,7 +260,7 @@ def test_a_scans_case_processes_get_their_own_smaller_slots(total, cpus, expecte
 
 
 def test_the_variable_sets_a_scans_pool_as_it_sets_a_runs(monkeypatch):
-    from kvdiag.engine.scan_session import default_workers
+    from kvdiag.engine.scan.session import default_workers
     from kvdiag.errors import UsageError
     from kvdiag.proc.slots import SLOTS_VARIABLE, gpu_slots, scan_slots
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvdiag.cli import main
-from kvdiag.engine.radius import case_regexes, measure_radius
+from kvdiag.engine.scan.radius import case_regexes, measure_radius
 from kvdiag.errors import UsageError
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.radius import radius_kernels, radius_params, tables_for, write_radius

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.judge import Gate, judge_attempt
-from kvdiag.engine.observe import observe
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.verdict.judge import Gate, judge_attempt
+from kvdiag.engine.evidence.observe import observe
+from kvdiag.records.verdict import Verdict
 from kvdiag.registry.loader import load_registry
 
 from test_registry_verdicts import Printed  # tests/registry is on sys.path (rootdir-less test modules)
@@ -130,7 +130,7 @@ def test_d5_q8_0_arm_runs_as_the_comparison_of_kvarn5_and_alone_is_a_usage_error
     with `kvdiag run D5` and quotes the seed's kind of figure."""
     import re
 
-    from kvdiag.engine.execute import pick_step
+    from kvdiag.engine.verdict.execute import pick_step
     from kvdiag.errors import UsageError
 
     entry = entries["D5"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.planning import render_step, template_context
+from kvdiag.engine.verdict.planning import render_step, template_context
 from kvdiag.registry.loader import load_registry
 
 IDS = [f"D{n}" for n in range(1, 17)]
@@ -96,7 +96,7 @@ def test_default_step_kind_and_signature_types(entries, entry_id):
     kind, types = DEFAULT_KIND_AND_SIGNATURE[entry_id]
     entry = entries[entry_id]
     assert entry.default_step.kind == kind
-    from kvdiag.engine.judge import matchers_for
+    from kvdiag.engine.verdict.judge import matchers_for
 
     assert [m.type for m in matchers_for(entry, entry.default_step.name)] == types
 

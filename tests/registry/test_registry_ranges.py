@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.ranges import evaluate_range
+from kvdiag.engine.verdict.ranges import evaluate_range
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.ranges import GitRange, range_problems
 from kvdiag.registry.repos import BEELLAMA, GGML, KNOWN_REPOS, LLAMA_CPP, known_repo, normalize_url
-from kvdiag.target.history import HistoryFacts
+from kvdiag.workspace.history import HistoryFacts
 
 ROOT = Path(__file__).resolve().parents[2]
 HISTORY = json.loads((ROOT / "tests" / "fixtures" / "ranges" / "history.json").read_text())
@@ -150,7 +150,7 @@ def test_every_entry_of_a_repository_defect_has_a_range(registry):
 
 class RecordedTree:
     """A tree's history as record.py saw it (HEAD, and which range commits it descends from), asked the
-    questions kvdiag.engine.ranges asks a clone; a complete clone, so an absent commit is no ancestor."""
+    questions kvdiag.engine.verdict.ranges asks a clone; a complete clone, so an absent commit is no ancestor."""
 
     def __init__(self, clone: str, label: str):
         tree = HISTORY["trees"][clone][label]

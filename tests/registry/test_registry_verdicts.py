@@ -3,7 +3,7 @@
 For every entry: the output the defect produces (as the seeds record it) must
 be confirmed, and the output of a healthy build (recorded on ggml d99724f2 where
 we have it) must not be. Nothing runs: the output is handed to
-`engine.observe.observe` as if a command had printed it, then to the judge.
+`engine.evidence.observe.observe` as if a command had printed it, then to the judge.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.judge import Gate, judge_attempt
-from kvdiag.engine.observe import observe, observe_staleness
-from kvdiag.engine.verdict import Verdict
+from kvdiag.engine.verdict.judge import Gate, judge_attempt
+from kvdiag.engine.evidence.observe import observe, observe_staleness
+from kvdiag.records.verdict import Verdict
 from kvdiag.records.ranges import RangeEvidence
 from kvdiag.registry.loader import load_registry
 

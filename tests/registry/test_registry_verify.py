@@ -13,12 +13,12 @@ import shutil
 from pathlib import Path
 
 from kvdiag.cli import main
-from kvdiag.engine.applicability import Facts, judge_applicability
+from kvdiag.engine.verdict.applicability import Facts, judge_applicability
 from kvdiag.exitcodes import ExitCode
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.verify import verify_entries
-from kvdiag.target.sites import SiteSpec
-from kvdiag.target.tree import Tree
+from kvdiag.workspace.sites import SiteSpec
+from kvdiag.workspace.tree import Tree
 from tree_stand_in import listing, stand_in
 
 LISTING = listing("fork-775450a68-tests.json")
@@ -43,7 +43,7 @@ def _registry_with_old_d10(root: Path, project_dir: Path) -> Path:
 
 
 def _facts(build: Path) -> Facts:
-    from kvdiag.target.build import inspect_build
+    from kvdiag.workspace.build import inspect_build
 
     info = inspect_build(build, log_dir=build / "logs", check_staleness=False)
     return Facts(build=info, compute_capability=None, gpu_available=False, sanitizer=None,

@@ -18,7 +18,7 @@ import pytest
 from kvdiag.cli import main
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.verify import verify_entries
-from kvdiag.target.tree import Tree
+from kvdiag.workspace.tree import Tree
 from tree_stand_in import listing, stand_in
 
 OTHER_TREES = {"D3", "D4", "D5", "D7", "D9", "D10"}      # the fork's entries: their detection facts are absent

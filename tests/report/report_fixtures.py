@@ -10,7 +10,7 @@ instantiation of flash_attn_ext_f16_process_tile. Paths are fictional.
 
 from __future__ import annotations
 
-from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict
+from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict
 from kvdiag.store.sweeps import Sweep, sweep_outcome
 
 D2_INSTANTIATION = ("flash_attn_ext_f16_process_tile<(int)256, (int)256, (int)4, (int)4, (int)2, "

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvdiag.controls.cache import ControlRecord, gate_for_record
-from kvdiag.engine.scan import CaseSpace, ScanResult
-from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict
+from kvdiag.engine.scan.cases import CaseSpace, ScanResult
+from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict
 from kvdiag.report.held_back import held_back, held_back_lines, one_line
 from kvdiag.report.templating import render
 
@@ -72,7 +72,7 @@ def test_sweep_table_lists_each_inconclusive_reason_and_the_held_back_summary():
 
 
 def test_verify_text_gives_each_side_on_one_line_and_what_held_the_after_back():
-    from kvdiag.engine.verify import Conclusion, Side, VerifyReport
+    from kvdiag.engine.verify.session import Conclusion, Side, VerifyReport
     from kvdiag.report.verify_text import render_report
 
     before = Side("before", Path("b"), Outcome("D2", Verdict.CONFIRMED, "1/1 runs matched\nthe signature", ()))

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from report_fixtures import d2_outcome, make_sweep, make_target, simple
 from kvdiag.commands.sweeps import compare_cmd
-from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict
+from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict
 from kvdiag.report.compare import compare_sweeps, render_comparison
 from kvdiag.store.sweeps import save_sweep
 

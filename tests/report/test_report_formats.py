@@ -8,7 +8,7 @@ import json
 import pytest
 
 from report_fixtures import make_sweep, simple
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.records.sweep import SweepOutcome
 from kvdiag.report.formats import SweepFormat, SweepFormatter, entry_view, format_seconds, key_evidence
 from kvdiag.store.sweeps import Sweep
@@ -70,7 +70,7 @@ def test_key_evidence_prefers_count_and_site_then_failure_then_reason() -> None:
 
 
 def test_entry_view_strips_ansi_from_log_lines_and_uses_the_confirmed_attempt() -> None:
-    from kvdiag.engine.verdict import Evidence
+    from kvdiag.records.verdict import Evidence
 
     o = simple("D4", Verdict.CONFIRMED, "matched", evidence=Evidence(quoted=("\x1b[31m========= boom\x1b[0m",)))
     view = entry_view(SweepOutcome.of(o, title="t"))

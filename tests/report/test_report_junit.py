@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from report_fixtures import HOSTILE_SCRIPT, make_sweep, simple
-from kvdiag.engine.verdict import Evidence, Verdict
+from kvdiag.records.verdict import Evidence, Verdict
 from kvdiag.report.formats import SweepFormat
 from kvdiag.store.sweeps import Sweep
 

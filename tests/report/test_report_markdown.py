@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from report_fixtures import HOSTILE_IMG, HOSTILE_SCRIPT, make_sweep, simple
-from kvdiag.engine.verdict import Evidence, Verdict
+from kvdiag.records.verdict import Evidence, Verdict
 from kvdiag.report.formats import SweepFormat
 from kvdiag.report.formats.markdown import md_code, md_fence, md_text
 from kvdiag.store.sweeps import Sweep

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from report_fixtures import d2_outcome, make_sweep, simple
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.records.ranges import RangeEvidence, RangeFinding
 from kvdiag.records.sweep import SweepOutcome
 from kvdiag.report.formats import SweepFormat
@@ -139,7 +139,7 @@ def test_sarif_and_junit_with_ranges_still_validate_against_the_official_schemas
 
 
 def test_the_table_says_how_each_tree_was_placed():
-    """A tarball's range is placed by its files (engine.placement): the range column and line say so."""
+    """A tarball's range is placed by its files (engine.verdict.placement): the range column and line say so."""
     placed = RangeEvidence("fixed", "da7d1472d is an ancestor of ee401c8b6 (the same at each of ee401c8b6, d99724f2b)",
                            None, "ggml (shipped index (ggml history at d99724f2b))", placement="index",
                            placed="blob match of 6 file(s) (…) against the shipped index (ggml history at d99724f2b): "

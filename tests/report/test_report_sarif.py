@@ -11,7 +11,7 @@ import pytest
 jsonschema = pytest.importorskip("jsonschema")
 
 from report_fixtures import d2_outcome, hostile_outcome, make_sweep, simple
-from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict
+from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict
 from kvdiag.report.formats import SweepFormat
 from kvdiag.store.sweeps import Sweep
 

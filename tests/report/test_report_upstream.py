@@ -13,7 +13,7 @@ from kvdiag import __version__
 from kvdiag.cli import Context
 from kvdiag import resources
 from kvdiag.commands.sweeps import report_cmd
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.errors import UsageError
 from kvdiag.registry.loader import load_registry
 from kvdiag.report.upstream import find_run, reproduce_command, upstream_report

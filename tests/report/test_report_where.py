@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 
 from report_fixtures import d2_outcome, make_target
-from kvdiag.engine.site_check import check_site
+from kvdiag.engine.verdict.site_check import check_site
 from kvdiag.registry.loader import load_registry
 from kvdiag.report.upstream import upstream_report
-from kvdiag.target.tree import Tree
+from kvdiag.workspace.tree import Tree
 from tree_stand_in import listing, stand_in
 
 
@@ -69,9 +69,9 @@ def test_an_unplaced_site_says_so_and_labels_the_recorded_lines_as_other_trees(d
 def test_a_run_that_confirmed_nothing_places_the_site_as_registry_verify_does(d2, tmp_path):
     """The issue's tarball: no .git (no commit, so no recorded line), D2 not confirmed there, and the report
     said "not placed in this build's tree" while `kvdiag registry verify` placed it. The run now keeps the
-    placement by context (engine.site_check.place_in_tree) whatever its verdict."""
-    from kvdiag.engine.site_check import place_in_tree
-    from kvdiag.engine.verdict import Verdict
+    placement by context (engine.verdict.site_check.place_in_tree) whatever its verdict."""
+    from kvdiag.engine.verdict.site_check import place_in_tree
+    from kvdiag.records.verdict import Verdict
     from kvdiag.registry.verify import verify_entry
 
     source, build = stand_in(listing("llama-b9084-facts.json"), tmp_path)

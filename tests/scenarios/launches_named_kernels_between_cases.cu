@@ -1,7 +1,7 @@
 // Launches three kernels between printed case lines, as test-backend-ops does: a template kernel at
 // two instantiations through <<<>>> (the runtime) and a plain one through cuLaunchKernel (the driver,
 // found with dlsym so that the program links without libcuda's stub).
-// For kvdiag's CUPTI launch lister (tests/target/test_launch_lister_gpu.py): each "kvdiag-launch:" line
+// For kvdiag's CUPTI launch lister (tests/workspace/test_launch_lister_gpu.py): each "kvdiag-launch:" line
 // must land between its case's "begin" and "end" lines, also with stdout redirected to a file.
 #include <cstdio>
 #include <dlfcn.h>

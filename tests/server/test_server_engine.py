@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.engine.judge import Gate, judge_attempt
-from kvdiag.engine.observe import observe
-from kvdiag.engine.planning import render_step, template_context
-from kvdiag.engine.verdict import Verdict, aggregate
+from kvdiag.engine.verdict.judge import Gate, judge_attempt
+from kvdiag.engine.evidence.observe import observe
+from kvdiag.engine.verdict.planning import render_step, template_context
+from kvdiag.records.verdict import Verdict, aggregate
 from kvdiag.registry.loader import load_registry
 from kvdiag.server import completion_requests, run_server_attempt
 from server_helpers import pid_gone, pids_in, standin_executable

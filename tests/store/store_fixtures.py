@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from kvdiag.engine.verdict import Attempt, Evidence, Outcome, Verdict
+from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict
 from kvdiag.store.sweeps import Sweep, shard_ids, sweep_outcome
 
 TARGET = {

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvdiag.engine.bisect import ends_problem
-from kvdiag.engine.bisect_step import compile_phases
-from kvdiag.engine.verdict import Attempt, Evidence, Verdict
+from kvdiag.engine.bisect.bisection import ends_problem
+from kvdiag.engine.bisect.step import compile_phases
+from kvdiag.records.verdict import Attempt, Evidence, Verdict
 from kvdiag.records.bisect import BAD, GOOD, SKIP, BisectRecord, Direction, StepRecord
 
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from store_fixtures import TARGET, outcome, sweep_of
 from kvdiag.commands.sweeps import history_cmd
-from kvdiag.engine.verdict import Verdict
+from kvdiag.records.verdict import Verdict
 from kvdiag.store.history import (HISTORY_FILE, history, history_path, record_outcome, record_sweep, sweeps,
                                   sync_run_store)
 from kvdiag.store.runs import RunDir, RunStore

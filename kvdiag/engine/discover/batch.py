@@ -1,6 +1,6 @@
 """One sanitized test-backend-ops process over several cases of one op, and what it says of each.
 
-Discovery runs the suite the way a scan runs an entry's cases (engine.scan_batch): several
+Discovery runs the suite the way a scan runs an entry's cases (engine.scan.batch): several
 cases per process on a terminal, the report interleaved with the cases' status lines,
 ``--print-limit 0`` and ``--destroy-on-device-error kernel`` so that one case's finding
 neither hides nor ends the next, and ``parse.case_segments`` giving each case the findings
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from kvdiag.engine.devices import device_key, visible_value
+from kvdiag.engine.verdict.devices import device_key, visible_value
 from kvdiag.engine.discover.cases import ABORTED, CLEAN, CUT, FINDINGS, NOT_SUPPORTED, CaseRecord
 from kvdiag.engine.discover.findings import CaseFinding, from_abort, from_sanitizer
-from kvdiag.engine.planning import escape_params
+from kvdiag.engine.verdict.planning import escape_params
 from kvdiag.parse.aborts import parse_aborts
 from kvdiag.parse.case_segments import CaseSplit, split_cases
 from kvdiag.parse.text import strip_ansi

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from kvdiag.engine.discover.findings import ABORT
-from kvdiag.engine.planning import escape_params
-from kvdiag.target.sites import FOUND, SiteSpec, locate
+from kvdiag.engine.verdict.planning import escape_params
+from kvdiag.workspace.sites import FOUND, SiteSpec, locate
 
 DRAFT_STATUS = "draft"
 SITE_LINE = r":\d+"

@@ -4,7 +4,7 @@ A root is known when an entry has a signature that would confirm it: a sanitizer
 the root's tool and kind whose site regex finds the root's file:line and whose kernel regex
 finds the reporting function or one of the kernels that launched it; or, for an abort root,
 an abort matcher of its kind whose message regex finds the abort's message. The rule is the
-matchers' own (engine.matchers), applied to the root instead of a run's output, so a root
+matchers' own (engine.evidence.matchers), applied to the root instead of a run's output, so a root
 that discovery calls known is one that `kvdiag run` of that entry would confirm.
 """
 

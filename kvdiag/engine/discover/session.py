@@ -5,7 +5,7 @@ The tools are those whose control passed on this machine (the doctor's canaries:
 cannot see its own defect class here proves nothing by a clean case), unless asked for by
 name; an asked-for tool whose control failed still runs, and the result says its clean cases
 prove nothing. The processes share the GPU's slot pool (proc.slots), one unit of work per
-process, dispatched as a scan's are (engine.dispatch): the largest units first, so the last
+process, dispatched as a scan's are (engine.scan.dispatch): the largest units first, so the last
 process to start is a small one.
 """
 
@@ -20,16 +20,16 @@ from typing import Any, Sequence
 
 from kvdiag import __version__
 from kvdiag.constants import SANITIZER_TOOLS
-from kvdiag.engine.devices import select_devices
-from kvdiag.engine.dispatch import dispatch
+from kvdiag.engine.verdict.devices import select_devices
+from kvdiag.engine.scan.dispatch import dispatch
 from kvdiag.engine.discover.batch import Runner, Unit, UnitOutcome, run_unit
 from kvdiag.engine.discover.cases import CUT, CaseRecord
 from kvdiag.engine.discover.result import DiscoverResult, build_roots
 from kvdiag.engine.discover.roots import relative_paths
 from kvdiag.engine.discover.space import SuiteSpace, list_suite
-from kvdiag.engine.gates import controls_gate_provider
-from kvdiag.engine.scan_batch import MAX_BATCH, cases_per_pattern
-from kvdiag.engine.target import prepare_target
+from kvdiag.engine.verdict.gates import controls_gate_provider
+from kvdiag.engine.scan.batch import MAX_BATCH, cases_per_pattern
+from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.errors import CaseListingFailed, ScanNotRun, UsageError
 from kvdiag.home import kvdiag_home
 from kvdiag.proc.slots import scan_slots
@@ -39,7 +39,7 @@ from kvdiag.shards import Shard
 from kvdiag.store.runs import RunStore
 from kvdiag.store.discoveries import save_discovery
 from kvdiag.store.sweeps import utc_now
-from kvdiag.target.build import check_build_dir
+from kvdiag.workspace.build import check_build_dir
 
 DISCOVER_FILE = "discover.json"
 CASE_BUDGET_S = 120.0
@@ -176,7 +176,7 @@ def unrun(space: SuiteSpace, tools: Sequence[str], records, interrupted: bool) -
 
 def run_units(units: Sequence[Unit], runner: Runner, result: DiscoverResult, *, workers: int, devices: Sequence[Any],
               cancel: threading.Event, progress: Progress, total: int) -> bool:
-    """Every unit through engine.dispatch; a unit's cases to run again go to the front of the queue."""
+    """Every unit through engine.scan.dispatch; a unit's cases to run again go to the front of the queue."""
     names = iter(range(1, 1 << 30))
     progress.begin("cases", total)
 

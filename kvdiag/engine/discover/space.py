@@ -1,7 +1,7 @@
 """The suite's case space: every case test-backend-ops lists for the backend, by op.
 
 One ``test-backend-ops support`` process lists the whole suite without running a kernel
-(the same listing a scan uses for one op, engine.scan.enumerate_cases). ``--ops`` narrows it
+(the same listing a scan uses for one op, engine.scan.cases.enumerate_cases). ``--ops`` narrows it
 with test-backend-ops' own ``-o`` (a comma-separated list of op names), ``--params`` with its
 ``-p`` regex; a shard keeps the cases whose name falls to it (kvdiag.shards.case_shard), so
 the shards of one discovery merge into the whole.

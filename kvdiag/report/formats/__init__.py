@@ -167,7 +167,7 @@ class EntryView:
     range_status: str | None = None               # its status word: affected | fixed | unaffected | unknown | none
     range_placed: str | None = None               # how the tree was placed: git | history | index | stamp | unplaced
     launched: tuple[str, ...] = ()                # kernels the launch probe saw start (canonical)
-    launch_proof: str | None = None               # the launch-proof gate's words (engine.launch_proof)
+    launch_proof: str | None = None               # the launch-proof gate's words (engine.evidence.launch_proof)
 
     @property
     def has_detail(self) -> bool:

@@ -12,12 +12,12 @@ import signal
 import sys
 from pathlib import Path
 
-from kvdiag.engine.execute import RunInterrupted, RunOptions, run_entry
-from kvdiag.engine.judge import Gate
-from kvdiag.engine.target import prepare_target
+from kvdiag.engine.verdict.execute import RunInterrupted, RunOptions, run_entry
+from kvdiag.engine.verdict.judge import Gate
+from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.registry.loader import load_registry
 from kvdiag.store.runs import RunDir
-from kvdiag.target.gpu import GpuDevice, GpuFingerprint
+from kvdiag.workspace.gpu import GpuDevice, GpuFingerprint
 
 # A shell may start us with SIGINT ignored (background jobs): take it back.
 signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -2,7 +2,7 @@
 
 usage: scan_driver.py BUILD SANITIZER REGISTRY_DIR ENTRY_ID RUN_DIR OUT_JSON WORKERS [overlap]
 
-With `overlap` the scan is routed, its phases overlapped (engine.scan_overlap), the build's own
+With `overlap` the scan is routed, its phases overlapped (engine.scan.overlap), the build's own
 test-backend-ops playing the launch probe's program, two cases per route process and one per
 sanitized process.
 
@@ -19,12 +19,12 @@ import signal
 import sys
 from pathlib import Path
 
-from kvdiag.engine.judge import Gate
-from kvdiag.engine.scan import enumerate_cases, scan
-from kvdiag.engine.target import prepare_target
+from kvdiag.engine.verdict.judge import Gate
+from kvdiag.engine.scan.cases import enumerate_cases, scan
+from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.registry.loader import load_registry
 from kvdiag.store.runs import RunDir
-from kvdiag.target.gpu import GpuDevice, GpuFingerprint
+from kvdiag.workspace.gpu import GpuDevice, GpuFingerprint
 
 # A shell may start us with SIGINT ignored (background jobs): take it back.
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -46,9 +46,9 @@ def on_case(params, attempt):
 
 
 if sys.argv[8:] == ["overlap"]:
-    import kvdiag.engine.scan_overlap as scan_overlap
-    from kvdiag.engine.execute import no_sanitizer_gate
-    from kvdiag.engine.scan_phases import run_phases
+    import kvdiag.engine.scan.overlap as scan_overlap
+    from kvdiag.engine.verdict.execute import no_sanitizer_gate
+    from kvdiag.engine.scan.phases import run_phases
     from kvdiag.probes.program_rebuild import ProbeProgram
 
     scan_overlap.OVERLAP_ROUTE_BATCH = 2
