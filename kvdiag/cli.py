@@ -18,7 +18,7 @@ from tabulate import tabulate
 from kvdiag import __version__
 from kvdiag.constants import SANITIZER_TOOLS
 from kvdiag.commands.exits import dispatch, finish
-from kvdiag.commands.options import Count, GivenPath, IdList, Seconds, build_option
+from kvdiag.commands.options import Count, GivenPath, IdList, Seconds, build_option, parse_sets
 from kvdiag.errors import UsageError
 from kvdiag.exitcodes import EXIT_CODE_TABLE, ExitCode
 from kvdiag.fileio import written_as
@@ -293,7 +293,7 @@ def run_cmd(ctx: Context, ids, build_dir, step, runs, sets, timeout, sanitizer, 
     check_slots_setting()
     named = {e.id: e for e in (ctx.registry.get(i) for i in ids)}     # `run D2 d2` runs D2 once
     entries = list(named.values()) if ids else list(ctx.registry.require_entries())
-    overrides = validated_sets(_parse_sets(sets), entries, step)
+    overrides = validated_sets(parse_sets(sets), entries, step)
     outcomes = run_and_show(entries, build_dir, step=step, runs=runs, overrides=overrides,
                             sanitizer=sanitizer, check_staleness=not no_staleness, fmt=fmt, quiet=quiet,
                             step_budget=timeout)
@@ -304,16 +304,6 @@ def _combined_exit(outcomes) -> int:
     from kvdiag.records.verdict import combined_exit_code
 
     return combined_exit_code([o.verdict for o in outcomes], any(o.extra.get("interrupted") for o in outcomes))
-
-
-def _parse_sets(sets) -> dict[str, str]:
-    out = {}
-    for item in sets:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set takes KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
 
 
 @cli.command("scan")

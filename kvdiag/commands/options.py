@@ -18,7 +18,7 @@ import click
 
 from kvdiag.errors import UsageError
 
-__all__ = ["BUILD_ENV", "Count", "GivenPath", "IdList", "Seconds", "build_option"]
+__all__ = ["BUILD_ENV", "Count", "GivenPath", "IdList", "Seconds", "build_option", "parse_sets"]
 
 BUILD_ENV = "LLAMA_KV_BUILD"
 
@@ -127,3 +127,14 @@ def build_option(help: str = f"The build folder (default: ${BUILD_ENV}).", requi
     """Every command's ``--build``: a path that is never empty, read from ``$LLAMA_KV_BUILD`` when not given."""
     return click.option("--build", "build_dir", cls=_EnvNamedOption, type=GivenPath(path_type=Path), envvar=BUILD_ENV,
                         required=required, help=help)
+
+
+def parse_sets(sets) -> dict[str, str]:
+    """`run --set KEY=VALUE ...` as a mapping; one line and exit 64 for an item without its `=`."""
+    out = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set takes KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
