@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-from typing import Any, Callable
+from typing import Callable
 
 from tabulate import tabulate
 
@@ -152,7 +152,3 @@ def exit_code(result: DiscoverResult, *, new_only: bool = False) -> int:
     if roots:
         return 1
     return 4 if any(r.state == CUT for r in result.records) else 0
-
-
-def describe_drafts(written: list[tuple[str, Any]]) -> list[str]:
-    return [f"drafted {entry_id}: {path}" for entry_id, path in written]

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from kvdiag.errors import DataError, UsageError
-from kvdiag.fileio import read_json
 from kvdiag.shards import Part, check_dealt, complete_split, parse_shard
 from kvdiag.store.scans import check_format, save_document, span
 from kvdiag.store.sweeps import check_same_target
@@ -39,10 +38,6 @@ def check_discovery(data: Any, source: str) -> dict[str, Any]:
             and isinstance(c.get("findings") or [], list) for c in cases):
         raise DataError(f"{source}: 'cases' must be a list of case records (tool, op, params, state, findings)")
     return dict(data)
-
-
-def load_discovery(path: Path) -> dict[str, Any]:
-    return check_discovery(read_json(path, "discovery"), str(path))
 
 
 def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

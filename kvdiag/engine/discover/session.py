@@ -30,7 +30,7 @@ from kvdiag.engine.discover.space import SuiteSpace, list_suite
 from kvdiag.engine.verdict.gates import controls_gate_provider
 from kvdiag.engine.scan.batch import MAX_BATCH, cases_per_pattern
 from kvdiag.engine.verdict.target import prepare_target
-from kvdiag.errors import CaseListingFailed, ScanNotRun, UsageError
+from kvdiag.errors import CaseListingFailed, ScanNotRun
 from kvdiag.home import kvdiag_home
 from kvdiag.proc.slots import scan_slots
 from kvdiag.progress import Progress
@@ -239,13 +239,3 @@ def _tree_files(source_dir: Path):
         for name in files:
             if name.endswith(SOURCE_SUFFIXES):
                 yield os.path.relpath(os.path.join(folder, name), root)
-
-
-def unknown_tools(tools: Sequence[str]) -> list[str]:
-    return [t for t in tools if t not in SANITIZER_TOOLS]
-
-
-def check_tools(tools: Sequence[str]) -> None:
-    bad = unknown_tools(tools)
-    if bad:
-        raise UsageError(f"--tool {', '.join(bad)}: not a compute-sanitizer tool ({', '.join(SANITIZER_TOOLS)})")
