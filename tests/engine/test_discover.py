@@ -314,3 +314,14 @@ def test_warnings_count_as_roots_only_when_asked(discovered):
     assert [r.key.site for r in result.warnings] == ["softmax.cu:170"]
     result.count_warnings = True
     assert result.warnings == [] and "softmax.cu:170" in [r.key.site for r in result.defects]
+
+
+def test_a_megabyte_line_without_a_space_is_cut_before_judging_and_the_process_row_says_so(tmp_path, monkeypatch):
+    kv, build = _staged_discovery(tmp_path, monkeypatch)
+    (build / "long-line").write_text("")
+    saved = tmp_path / "d.json"
+    assert main(["--registry", str(kv.registry_dir), "discover", "--build", str(build), "--ops", "ADD",
+                 "--tool", "racecheck", "--case-budget", BUDGET, "--save", str(saved), "--format", "json"]) == 0
+    doc = json.loads(saved.read_text())
+    assert [c["state"] for c in doc["cases"]] == ["clean", "clean"]
+    assert any("cut to that length" in (row.get("lines_cut") or "") for row in doc["processes"])

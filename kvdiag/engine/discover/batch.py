@@ -29,7 +29,7 @@ from kvdiag.engine.discover.findings import CaseFinding, from_abort, from_saniti
 from kvdiag.engine.verdict.planning import escape_params
 from kvdiag.parse.aborts import parse_aborts
 from kvdiag.parse.case_segments import CaseSplit, split_cases
-from kvdiag.parse.text import strip_ansi
+from kvdiag.parse.text import cut_long_lines, cut_note, strip_ansi
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.proc.sanitizer import SanitizerInvocation
 from kvdiag.proc.slots import SlotPool, scan_slots
@@ -120,11 +120,14 @@ def run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> Un
     log = str(runner.log_dir / f"{name}.stdout.log")
     if result.interrupted:
         return _all_cut(unit, "interrupted (Ctrl-C) before it was judged", name, started, log)
-    text = strip_ansi(result.stdout_text())
+    text, cut = cut_long_lines(strip_ansi(result.stdout_text()))     # as every judged output (parse.text)
     split = split_cases(text, unit.tool)
-    return judge_process(unit, split, text, name=name, log=log, wall_s=time.monotonic() - started,
-                         timed_out=result.timed_out, ended=result.describe(), budget_s=budget,
-                         errors=strip_ansi(result.stderr_text()))
+    outcome = judge_process(unit, split, text, name=name, log=log, wall_s=time.monotonic() - started,
+                            timed_out=result.timed_out, ended=result.describe(), budget_s=budget,
+                            errors=cut_long_lines(strip_ansi(result.stderr_text()))[0])
+    if cut:
+        outcome.row["lines_cut"] = cut_note(cut)
+    return outcome
 
 
 def judge_process(unit: Unit, split: CaseSplit, text: str, *, name: str, log: str | None, wall_s: float,

@@ -12,6 +12,8 @@ Five ops; each case behaves by its op and parameters, and only under the tool th
     GET_ROWS   v=9 hangs (a budget overrun); the other GET_ROWS cases are clean.
     SCALE      listed NOT SUPPORTED by the backend.
 
+With a file `<build>/long-line`, each ADD case first prints a megabyte line without a space.
+
 `support` mode lists the cases (`-o` a comma-separated list of ops, `-p` a regex); `test` mode
 runs the selected ones, printing each case's status after it ran (current ggml's convention),
 and appends its `-o`/`-p` to `<build>/invocations.log`.
@@ -92,6 +94,8 @@ def test_mode() -> None:
         if op == "GET_ROWS" and params.endswith("v=9"):
             while True:
                 time.sleep(60)
+        if op == "ADD" and (fakeops.BUILD / "long-line").exists():
+            fakeops.out("z" * (1 << 20))          # a megabyte without a space, before the case's status
         fakeops.sanitizer_sees(race(params, op))
         if op == "CPY" and "ne=[4096" in params:
             fakeops.case(params, "[CPY] NMSE = 0.123456789 > 0.000000100 " + fakeops.RED_FAIL, op=op)
