@@ -250,7 +250,9 @@ class Tree:
         elsewhere = [str(p.relative_to(self.source)) for p in self._code_files if pattern.search(self._code(p))]
         if elsewhere and not named:
             return Answer(FOUND, elsewhere[0])
-        return Answer(ABSENT, f"{name} not in {', '.join(files) or 'the tree'}", tuple(elsewhere[:5]))
+        read = [str(p.relative_to(self.source)) for p in named]     # as this tree names them (either layout)
+        where = ", ".join(read) if read else (f"the tree (no {', '.join(files)} here)" if files else "the tree")
+        return Answer(ABSENT, f"{name} not in {where}", tuple(elsewhere[:5]))
 
     def pattern(self, files: tuple[str, ...], pattern: str) -> Answer:
         """A regex over named files (either layout): found with the first matching line quoted, absent

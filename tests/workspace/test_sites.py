@@ -131,3 +131,19 @@ def test_the_older_line_and_commit_keys_read_as_one_record():
     assert spec.at == {"d99724f2": 1538} and spec.anchor is None
     assert spec.recorded_for("d99724f2b141fed9") == ("d99724f2", 1538) and spec.recorded_for("d99") == ("d99724f2", 1538)
     assert spec.recorded_for(None) is None and spec.recorded_for("775450a68") is None
+
+
+def test_an_absent_function_is_said_absent_from_the_files_as_this_tree_names_them(tmp_path):
+    """An entry written against ggml's layout (src/ggml-cuda/…) checked on a llama.cpp tree (ggml/src/…)
+    before the function existed: the answer names the file the tree has, not the entry's spelling."""
+    from kvdiag.workspace.tree import ABSENT, Tree
+
+    cuda = tmp_path / "ggml" / "src" / "ggml-cuda"
+    cuda.mkdir(parents=True)
+    (cuda / "cpy.cu").write_text("static __global__ void cpy_flt(const char * cx) {}\n")
+    tree = Tree.open(tmp_path, commit="0" * 40)
+    said = tree.function("cpy_scalar_transpose", ("src/ggml-cuda/cpy.cu",))
+    assert said.state == ABSENT
+    assert said.detail == "cpy_scalar_transpose not in ggml/src/ggml-cuda/cpy.cu"
+    gone = tree.function("cpy_scalar_transpose", ("src/ggml-cuda/gone.cu",))
+    assert gone.detail == "cpy_scalar_transpose not in the tree (no src/ggml-cuda/gone.cu here)"
