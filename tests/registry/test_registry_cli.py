@@ -14,7 +14,7 @@ from kvdiag.exitcodes import ExitCode
 def test_lint_of_the_real_registry_exits_zero(capsys):
     assert main(["registry", "lint"]) == 0
     out = capsys.readouterr().out
-    assert out.strip() == "16 entries, no problems"
+    assert out.strip() == "17 entries, no problems"
 
 
 def test_lint_of_a_bad_registry_exits_65_with_one_line_per_problem(capsys, registry_fixtures):

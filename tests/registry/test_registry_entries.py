@@ -178,8 +178,11 @@ def test_d3_runs_ten_times_on_a_model_and_stays_apart_from_d2(entries):
 def test_d12_probe_proves_the_exception_path_and_wants_sigill(entries):
     d12 = entries["D12"]
     step = d12.default_step
-    assert "--test-file" in step.argv
-    assert re.search(step.expect[0], "  what():  Unable to read test file")
+    # a params filter that is not a regex: std::regex throws in every test-backend-ops since 2024
+    assert step.argv[-2:] == ("-p", "(") and "-b" in step.argv
+    assert re.search(step.expect[0], "  what():  Mismatched '(' and ')' in regular expression")
+    assert re.search(step.expect[0], "  what():  Unable to read test file")      # the first probe's logs
+    assert not re.search(step.expect[0], "  what():  ")
     (exit_matcher,) = d12.signature
     assert exit_matcher.signal == "SIGILL"
 

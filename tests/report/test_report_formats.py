@@ -83,3 +83,21 @@ def test_entry_view_strips_ansi_from_log_lines_and_uses_the_confirmed_attempt() 
 @pytest.mark.parametrize("seconds, text", [(2.44, "2.4 s"), (245.5, "4 min 06 s"), (7322, "2 h 02 min")])
 def test_format_seconds(seconds: float, text: str) -> None:
     assert format_seconds(seconds) == text
+
+
+def test_key_evidence_names_the_matching_site_first_and_the_printed_count_when_the_tool_gives_none() -> None:
+    """D15 on ggml v0.9.7 (device session 16, H100): racecheck's summary counts hazards, not errors, so the
+    evidence has no error count; and sixteen CUB warnings at uninitialized_copy.cuh:60 outnumbered the two
+    matching ssm_scan_f32 races, whose site the table must show."""
+    from kvdiag.records.verdict import Evidence
+
+    quoted = ("Error: Race reported between Write access at void ssm_scan_f32<(unsigned long)128, "
+              "(unsigned long)16, (unsigned long)0>(const float *)+0xfb0 in ssm-scan.cu:79",)
+    sites = ({"site": "uninitialized_copy.cuh:60", "kind": "race-hazard", "count": 16,
+              "kernel": "cub::CUB_300001_SM_900::detail::uninitialized_copy_single"},
+             {"site": "ssm-scan.cu:79", "kind": "race-hazard", "count": 1, "kernel": "ssm_scan_f32"},
+             {"site": "ssm-scan.cu:78", "kind": "race-hazard", "count": 1, "kernel": "ssm_scan_f32"})
+    confirmed = simple("D15", Verdict.CONFIRMED, "matched", evidence=Evidence(quoted=quoted, sites=sites))
+    assert key_evidence(confirmed) == "2 printed finding(s) at ssm-scan.cu:79 (+2 sites)"
+    other = simple("D15", Verdict.INCONCLUSIVE, "a different sanitizer finding", evidence=Evidence(sites=sites[1:]))
+    assert key_evidence(other) == "2 printed finding(s) at ssm-scan.cu:79 (+1 site)"

@@ -103,6 +103,12 @@ def error_count(outcome: Outcome) -> int | None:
     return int(count) if count is not None else None
 
 
+def _names_site(line: str, site: dict) -> bool:
+    """A quoted finding line is about this site: it names its file:line, or its kernel (as `kernel<` or `kernel(`)."""
+    kernel = site.get("kernel") or ""
+    return f" in {site.get('site')}" in line or bool(kernel) and (f"{kernel}<" in line or f"{kernel}(" in line)
+
+
 def key_evidence(outcome: Outcome, width: int = 90) -> str:
     """One line: the sanitizer's count and first site when there is one, else what failed, else the reason."""
     ev = _evidence(outcome)
@@ -110,7 +116,14 @@ def key_evidence(outcome: Outcome, width: int = 90) -> str:
     count = ev.error_count
     verdict = outcome.verdict
     if verdict in (Verdict.CONFIRMED, Verdict.INCONCLUSIVE) and (sites or count):
-        text = f"{count if count is not None else '?'} error(s)"
+        quoted = [strip_ansi(line) for line in ev.quoted]
+        # the sites the quoted (matching) findings name first: a tool warning elsewhere can outnumber them
+        named = [s for s in sites if any(_names_site(line, s) for line in quoted)]
+        sites = named + [s for s in sites if s not in named]
+        if count is not None:
+            text = f"{count} error(s)"
+        else:   # racecheck counts hazards in its own summary: say what was printed, of the matching sites
+            text = f"{sum(int(s.get('count') or 0) for s in (named or sites)) or '?'} printed finding(s)"
         if sites:
             text += f" at {sites[0].get('site') or '?'}"
             if len(sites) > 1:
