@@ -175,7 +175,8 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
     if build_dir is not None and not build_dir.is_dir():
         raise UsageError(f"--build {build_dir} is not a folder")
     entries = [ctx.registry.get(i) for i in ids] if ids else list(ctx.registry.entries)
-    reports = verify_entries(entries, Tree.open(source, build_dir, commit=commit))
+    outside = _outside_ranges(entries, source)
+    reports = verify_entries(entries, Tree.open(source, build_dir, commit=commit), outside)
     mismatches = [m for r in reports for m in r.mismatches]
     if fmt == "json":
         click.echo(json.dumps({"source": str(source), "build": str(build_dir) if build_dir else None,
@@ -188,6 +189,8 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
                 click.echo(f"{r.file}: not this tree's defect ({r.other_tree}): its other facts not checked", err=True)
             for why in r.unknown:
                 click.echo(f"{r.file}: not checked: {why}", err=True)
+            for fact in r.outside:
+                click.echo(f"{r.file}: {fact}: as the range says ({outside[r.entry_id]})", err=True)
             for place in r.sites:
                 if place.unrecorded:
                     click.echo(f"{r.file}: {place.key}: {place.describe()}", err=True)
@@ -196,6 +199,22 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
                    err=bool(mismatches))
     _report_problems(ctx.registry)
     return int(ExitCode.DATA) if mismatches or ctx.registry.problems else 0
+
+
+def _outside_ranges(entries, source: Path) -> dict[str, str]:
+    """Why each entry's ranges place the tree outside (before its code, or past the fix that removed
+    it), as a run judges them: by git, or by placement for a tree without a usable history."""
+    import tempfile
+
+    from kvdiag.engine.verdict.placement import tree_range_evidence
+    from kvdiag.workspace.history import TreeHistory
+
+    with tempfile.TemporaryDirectory(prefix="kvdiag-verify-") as tmp:
+        history = TreeHistory(source, Path(tmp))
+        said = {entry.id: tree_range_evidence(entry, history) for entry in entries}
+    # only the entry's own range for this tree's repository: "the entry records the defect only in
+    # another repository" says nothing of where this tree's code should be
+    return {i: ev.summary for i, ev in said.items() if ev.says_absent and ev.findings}
 
 
 @registry_group.command("export")

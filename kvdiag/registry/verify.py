@@ -39,6 +39,7 @@ class EntryFacts:
     mismatches: list[Mismatch] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)       # "key: why it could not be checked"
     other_tree: str | None = None                           # why the entry is about another tree
+    outside: list[str] = field(default_factory=list)        # "key: detail" of code facts absent outside the range
     sites: list["SitePlace"] = field(default_factory=list)  # where each site is in this tree
     states: dict[str, str] = field(default_factory=dict)    # every fact asked: key -> found | absent | unknown
 
@@ -46,7 +47,8 @@ class EntryFacts:
         return {"entry": self.entry_id, "checked": self.checked, "other_tree": self.other_tree,
                 "facts": dict(self.states),
                 "mismatches": [{"key": m.key, "message": m.message} for m in self.mismatches],
-                "unknown": list(self.unknown), "sites": [s.to_dict() for s in self.sites]}
+                "unknown": list(self.unknown), "outside": list(self.outside),
+                "sites": [s.to_dict() for s in self.sites]}
 
 
 def detection_facts(entry: Entry, tree: Tree) -> list[tuple[str, Answer]]:
@@ -163,7 +165,10 @@ def _file_named(tree: Tree, name: str) -> Answer:
     return Answer(ABSENT, f"no file named {name} in the tree's code")
 
 
-def verify_entry(entry: Entry, tree: Tree) -> EntryFacts:
+def verify_entry(entry: Entry, tree: Tree, outside_range: str | None = None) -> EntryFacts:
+    """Every fact of one entry against the tree. ``outside_range``: why the entry's affected ranges
+    place this tree before the defect's code came or after its fix took it away; the code facts
+    (``location.*``) it lacks are then what the range says, not mismatches."""
     report = EntryFacts(entry.id, entry.path.name)
     detection = detection_facts(entry, tree)
     checked = [(k, a) for k, a in detection if a.state != UNKNOWN]
@@ -178,11 +183,17 @@ def verify_entry(entry: Entry, tree: Tree) -> EntryFacts:
             report.unknown.append(f"{key}: {answer.detail}")
             continue
         report.checked += 1
+        if answer.state == ABSENT and outside_range is not None and key.startswith("location."):
+            report.outside.append(f"{key}: {answer.detail}")
+            continue
         if answer.state == ABSENT:
             instead = f"; the tree has {', '.join(answer.instead)}" if answer.instead else ""
             report.mismatches.append(Mismatch(entry.path.name, key, answer.detail + instead))
     return report
 
 
-def verify_entries(entries: Iterable[Entry], tree: Tree) -> list[EntryFacts]:
-    return [verify_entry(entry, tree) for entry in entries]
+def verify_entries(entries: Iterable[Entry], tree: Tree,
+                   outside_range: dict[str, str] | None = None) -> list[EntryFacts]:
+    """Each entry's facts; ``outside_range`` maps an entry id to why its ranges place the tree outside."""
+    outside_range = outside_range or {}
+    return [verify_entry(entry, tree, outside_range.get(entry.id)) for entry in entries]

@@ -10,7 +10,6 @@ import threading
 import time
 from pathlib import Path
 
-import jsonschema
 import pytest
 from click.testing import CliRunner
 
@@ -418,7 +417,10 @@ ENGINES = {   # the variables of task t (0..3) of a 4-way job, as each engine se
 }
 
 
-SWEEP_VALIDATOR = jsonschema.Draft202012Validator(load_schema(SWEEP_SCHEMA))
+def sweep_validator():
+    """The sweep schema's validator; jsonschema is a test dependency the device machine lacks."""
+    jsonschema = pytest.importorskip("jsonschema")
+    return jsonschema.Draft202012Validator(load_schema(SWEEP_SCHEMA))
 
 
 @pytest.fixture
@@ -452,7 +454,7 @@ def test_four_auto_shards_merge_to_the_selection_of_one_sweep(fake_engine: Recor
         assert saved.shard == f"{task + 1}/4"
         assert saved.shard_from == {"engine": engine.split()[0], "variables": ENGINES[engine](task)}
         assert json.loads(part.read_text())["shard_from"]["variables"] == ENGINES[engine](task)
-        SWEEP_VALIDATOR.validate(json.loads(part.read_text()))
+        sweep_validator().validate(json.loads(part.read_text()))
         parts.append(str(part))
     merged_path = tmp_path / "merged.json"
     result = invoke(merge_cmd, [*parts, "-o", str(merged_path)])
