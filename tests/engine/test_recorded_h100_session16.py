@@ -122,3 +122,124 @@ def test_the_table_names_the_matching_site_of_d15_not_cubs_warnings():
     read again, the key evidence names the race the signature matched."""
     assert key_evidence(outcomes("ggml-v0.9.7")["D15"]) == "2 printed finding(s) at ssm-scan.cu:79 (+2 sites)"
     assert "? error(s) at uninitialized_copy.cuh:60" in (SESSION / "sweeps" / "ggml-v0.9.7.txt").read_text()
+
+
+# ------------------------------------------------------------------ the raw logs, judged again
+
+import dataclasses  # noqa: E402
+import tarfile  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+
+from kvdiag.controls.gate import Gate  # noqa: E402
+from kvdiag.engine.evidence.launch_proof import LaunchContext  # noqa: E402
+from kvdiag.engine.evidence.observe import observe  # noqa: E402
+from kvdiag.engine.verdict.judge import judge_attempt  # noqa: E402
+from kvdiag.parse.launches import parse_launches  # noqa: E402
+from kvdiag.proc.runner import CommandResult  # noqa: E402
+from kvdiag.registry.loader import load_registry  # noqa: E402
+
+CONTROL = "racecheck control passed on this machine on 2026-12-06 (launcher cupy)"
+INSIDE_D17, PAST_D17 = ("llama-b6100", "ggml-v0.9.4"), ("ggml-v0.9.7", "llama-b9000", "ggml-v0.18.0", "ggml-d99724f2")
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry(Path(__file__).resolve().parents[2] / "registry")
+
+
+@pytest.fixture(scope="module")
+def homes(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("h100-session16")
+    with tarfile.open(SESSION / "store.tar.xz") as archive:
+        archive.extractall(root, filter="data")
+    return root
+
+
+def run_dir(homes: Path, tree: str, entry_id: str) -> Path:
+    (found,) = (homes / f"home-{tree}" / "runs").glob(f"*-{entry_id}")
+    return found
+
+
+def recorded(logs: Path, name: str) -> CommandResult:
+    result = json.loads((logs / f"{name}.cmd.json").read_text())["result"]
+    return CommandResult(argv=tuple(result["argv"]), returncode=result["returncode"], signal=result["signal"],
+                         timed_out=False, interrupted=False, duration_s=result["duration_s"], log_dir=logs,
+                         stdout_path=logs / f"{name}.stdout.log", stderr_path=logs / f"{name}.stderr.log",
+                         combined_path=logs / f"{name}.combined.log",
+                         started_at=datetime(2026, 12, 6, tzinfo=timezone.utc).isoformat())
+
+
+def rejudged(registry, homes: Path, tree: str, entry_id: str, ran_as: str = "D15"):
+    """The sanitized run of ``ran_as``'s fast step on ``tree``, judged by ``entry_id``: its launches as the
+    bare CUPTI or probe listing gave them, the control the sweep passed, no symbol listing (kept out)."""
+    entry, logs = registry.get(entry_id), run_dir(homes, tree, ran_as) / "logs"
+    obs = observe(entry.default_step, [recorded(logs, "fast-1")], [logs / "fast-1.sanitizer.log"])
+    bare = logs / "fast-1-launches-1.stdout.log"
+    text = bare.read_text() if bare.is_file() else (logs / "fast-1.stdout.log").read_text()
+    obs = dataclasses.replace(obs, launches=parse_launches(text), launch_listed=True,
+                              launch_lister="CUPTI injection" if bare.is_file() else "launch probe")
+    return judge_attempt(entry, obs, Gate(True, CONTROL), 1, 1.0, launch=LaunchContext(symbols=None))
+
+
+def test_d15s_runs_are_the_command_d17_runs(registry, homes):
+    """D17's fast step is D15's, so D15's recorded runs are D17's runs too."""
+    d15, d17 = registry.get("D15").default_step, registry.get("D17").default_step
+    assert (d15.argv, dict(d15.vars), d15.sanitizer, d15.sanitizer_options, d15.print_limit) == (
+        d17.argv, dict(d17.vars), d17.sanitizer, d17.sanitizer_options, d17.print_limit)
+    for tree in TREES:
+        ran = json.loads((run_dir(homes, tree, "D15") / "run.json").read_text())["arm"]["repro"]["step"]
+        assert (ran["argv"], ran["vars"], ran["sanitizer_options"], ran["print_limit"]) == (
+            list(d17.argv), dict(d17.vars), list(d17.sanitizer_options), d17.print_limit)
+
+
+@pytest.mark.parametrize("tree", INSIDE_D17)
+def test_d17_is_confirmed_inside_its_range_quoting_the_group_kernels_race(registry, homes, tree):
+    attempt = rejudged(registry, homes, tree, "D17")
+    assert attempt.verdict is Verdict.CONFIRMED, attempt.reason
+    quoted = "\n".join(attempt.evidence.quoted)
+    assert "ssm_scan_f32_group<(int)16, (int)128>" in quoted
+    read, write = {"llama-b6100": ("178", "148"), "ggml-v0.9.4": ("208", "178")}[tree]
+    assert f"Read access at" in quoted and f"ssm-scan.cu:{read}" in quoted and f"ssm-scan.cu:{write}" in quoted
+    assert attempt.evidence.cases_failed >= 2        # both Mamba-2 cases FAILed their numeric check
+
+
+@pytest.mark.parametrize("tree", PAST_D17)
+def test_d17_is_not_reproduced_past_the_fix_with_the_group_kernel_launched(registry, homes, tree):
+    attempt = rejudged(registry, homes, tree, "D17")
+    assert attempt.verdict is Verdict.NOT_REPRODUCED, attempt.reason
+    assert "ssm_scan_f32_group<" in attempt.reason.split("launched under racecheck: ")[1]
+    assert not any(s["kernel"] == "ssm_scan_f32_group" for s in attempt.evidence.sites)
+
+
+def test_d15_on_b6100_saw_only_the_group_kernels_race(registry, homes):
+    """What the sweep said, judged again: D15's own kernel was launched and clean; the findings are all
+    in ssm_scan_f32_group, D17's."""
+    attempt = rejudged(registry, homes, "llama-b6100", "D15")
+    assert {s["kernel"] for s in attempt.evidence.sites} == {"ssm_scan_f32_group"}
+    assert "ssm_scan_f32<128, 16>" in attempt.evidence.launched
+
+
+# ------------------------------------------------------------------ D12's probes
+
+def test_d12s_first_probe_proved_nothing_on_the_oldest_trees(registry, homes):
+    """--test-file is unknown to these test-backend-ops: usage, exit 1, no throw."""
+    for tree in ("llama-b6100", "ggml-v0.9.4", "ggml-v0.9.7"):
+        logs = run_dir(homes, tree, "D12") / "logs"
+        assert "--test-file" in json.loads((logs / "throw-probe-1.cmd.json").read_text())["result"]["argv"]
+        assert (logs / "throw-probe-1.stdout.log").read_text().startswith("Usage: ")
+        obs = observe(registry.get("D12").default_step, [recorded(logs, "throw-probe-1")], [])
+        attempt = judge_attempt(registry.get("D12"), obs, Gate(True, "no sanitizer"), 1, 1.0)
+        assert attempt.verdict is Verdict.INCONCLUSIVE
+        assert attempt.reason == r"the path did not run as expected: /what\(\):\s+\S/ not seen (exit 1)"
+
+
+def test_d12s_probe_throws_from_the_params_filter_on_a_tree_without_test_file(registry):
+    """The current probe on ggml v0.9.4 built for the CPU (tests/fixtures/device/cpu-ggml-v0.9.4-d12): the
+    filter `(` makes std::regex throw, nothing catches it, SIGABRT: not-reproduced."""
+    logs = FIXTURES / "device" / "cpu-ggml-v0.9.4-d12"
+    run = json.loads((logs / "run.json").read_text())
+    assert run["outcome"]["verdict"] == "not-reproduced"
+    result = json.loads((logs / "throw-probe-1.cmd.json").read_text())["result"]
+    assert result["argv"][-5:] == ["test", "-b", "CPU", "-p", "("] and result["signal"] == 6
+    assert "what():  Mismatched '(' and ')' in regular expression" in (logs / "throw-probe-1.stderr.log").read_text()
+    assert (logs / "test-file-probe.combined.log").read_text().startswith("Usage: ")
