@@ -54,9 +54,12 @@ def test_each_entrys_ggml_range_gives_the_recorded_answer_at_every_end_of_the_pl
 
 
 def test_the_recorded_answers_are_the_ones_known_from_the_history():
-    """D11's ggml fix (da7d1472, 2026-06-12) is in v0.15.3 and later, not in v0.9.x; D2 has no ggml fix."""
+    """D11's ggml fix (da7d1472, 2026-06-12) is in v0.15.3 and later, not in v0.9.x; D2 has no ggml fix;
+    D17's (4c540d0b, 2026-01-11) is in v0.9.7 and later, not in v0.9.1."""
     assert {ref: t["ranges"]["D11"]["status"] for ref, t in TREES.items()} == {
         "v0.9.1": "affected", "v0.9.7": "affected", "v0.15.3": "fixed", "v0.21.0": "fixed", "d99724f2": "fixed"}
+    assert {ref: t["ranges"]["D17"]["status"] for ref, t in TREES.items()} == {
+        "v0.9.1": "affected", "v0.9.7": "fixed", "v0.15.3": "fixed", "v0.21.0": "fixed", "d99724f2": "fixed"}
     assert {t["ranges"]["D2"]["status"] for t in TREES.values()} == {"affected"}
     assert {t["ranges"]["D3"]["status"] for t in TREES.values()} == {"unaffected"}   # ggml: no llama-server
 

@@ -177,3 +177,22 @@ def test_session_15s_trees_are_inside_and_past_each_new_entrys_range(registry, e
     assert evaluate_range(rng, RecordedTree(clone, inside)).status == "affected"
     fixed = evaluate_range(rng, RecordedTree(clone, past))
     assert fixed.status == "fixed" and fixed.detail.startswith(f"{rng.fixed[0][:9]} is an ancestor of ")
+
+
+# ------------------------------------------------------------------ D17: the trees of device session 16
+
+@pytest.mark.parametrize("clone, label, status", [
+    ("ggml", "v0.9.4", "affected"), ("llama.cpp", "b6100", "affected"),
+    ("ggml", "v0.9.7", "fixed"), ("ggml", "d99724f2", "fixed"),
+    ("llama.cpp", "b8032", "fixed"), ("llama.cpp", "b9000", "fixed"), ("llama.cpp", "775450a68", "fixed"),
+])
+def test_d17s_ranges_place_session_16s_trees_as_its_sweeps_found_them(registry, clone, label, status):
+    """h100-session16's racecheck step printed D17's race on ggml v0.9.4 and llama.cpp b6100, and none
+    on ggml v0.9.7, d99724f2 and llama.cpp b9000: the first two descend from the kernel's introduction
+    (d693430f / 5d46babdc) and not from its rewrite (4c540d0b / 24af22fc3), the others from both, as do
+    b8032 and the fork's head."""
+    (rng,) = [r for r in registry.get("D17").ranges if (r.repo == GGML) == (clone == "ggml")]
+    placed = evaluate_range(rng, RecordedTree(clone, label))
+    assert placed.status == status
+    if status == "fixed":
+        assert placed.detail.startswith(f"{rng.fixed[0][:9]} is an ancestor of ")

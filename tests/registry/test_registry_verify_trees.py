@@ -23,15 +23,19 @@ from tree_stand_in import listing, stand_in
 
 OTHER_TREES = {"D3", "D4", "D5", "D7", "D9", "D10"}      # the fork's entries: their detection facts are absent
 
+# past D17's fix (24af22fc3, 2026-01-06): ssm_scan_f32_group is still there, rewritten to reduce with
+# warp_reduce_sum, and no line declares stateC, so both sites' anchor is absent
+PAST_D17 = ["D17.md: location.sites[0]", "D17.md: location.sites[1]"]
+
 # tag -> (D2's barrier, D1's abort site or None when its launcher is not in the tree, the mismatches)
 TREES = {
     "b6225": (1108, None, ["D1.md: location.files[1]", "D1.md: location.functions[1]", "D1.md: location.sites[0]",
                            # before D14's and D16's code existed (cpy_scalar_transpose 2025-11, block_reduce 2026-01)
                            "D14.md: location.functions[0]", "D14.md: location.sites[0]", "D14.md: location.sites[1]",
                            "D16.md: location.functions[0]", "D16.md: location.sites[0]"]),
-    "b8124": (1326, 268, []),
-    "b9084": (1400, 311, []),
-    "b9156": (1405, 327, []),
+    "b8124": (1326, 268, PAST_D17),
+    "b9084": (1400, 311, PAST_D17),
+    "b9156": (1405, 327, PAST_D17),
 }
 
 
@@ -62,7 +66,7 @@ def test_every_fact_states_on_the_stand_in_what_verify_said_on_the_real_tree(tag
     reports = verify_entries(registry.entries, tree)
     assert _said(reports) == recorded["verify"]
     assert {r.entry_id for r in reports if r.other_tree} == OTHER_TREES
-    assert sum(r.checked for r in reports) == 58
+    assert sum(r.checked for r in reports) == 65
 
 
 @pytest.mark.parametrize("tag", sorted(TREES))
@@ -82,23 +86,25 @@ def test_each_site_is_at_the_line_read_in_that_tree(tag, tmp_path, registry):
     assert [f"{m.file}: {m.key}" for r in reports.values() for m in r.mismatches] == mismatches
 
 
-# tag -> the lines of D14's two sites, D15's two and D16's one (None: the code is not in the tree yet)
+# tag -> the lines of D14's two sites, D15's two, D16's one and D17's two (write, read); None: the code
+# is not in the tree (D14's and D16's not yet, D17's no longer)
 NEW_SITES = {
-    "b6225": (None, None, 78, 79, None),
-    "b8124": (74, 85, 78, 79, 606),
-    "b9084": (75, 86, 78, 79, 608),
-    "b9156": (75, 86, 78, 79, 608),
+    "b6225": (None, None, 78, 79, None, 178, 208),
+    "b8124": (74, 85, 78, 79, 606, None, None),
+    "b9084": (75, 86, 78, 79, 608, None, None),
+    "b9156": (75, 86, 78, 79, 608, None, None),
 }
 
 
 @pytest.mark.parametrize("tag", sorted(NEW_SITES))
 def test_the_races_found_by_discover_are_placed_by_their_context(tag, tmp_path, registry):
-    """D14-D16's sites in four releases, each read in the real file; b6225 predates the cpy tile and
-    block_reduce (their ranges start in 2025-11 and 2026-01), so those sites are not found there."""
+    """D14-D17's sites in four releases, each read in the real file; b6225 predates the cpy tile and
+    block_reduce (their ranges start in 2025-11 and 2026-01), so those sites are not found there, and
+    only b6225 is inside D17's range (2025-07-02 to 2026-01-06): the later three have no stateC."""
     _, tree = _tree(tag, tmp_path)
     reports = {r.entry_id: r for r in verify_entries(registry.entries, tree)}
     placed = tuple(s.placement.line if s.placement.state == "found" else None
-                   for entry_id in ("D14", "D15", "D16") for s in reports[entry_id].sites)
+                   for entry_id in ("D14", "D15", "D16", "D17") for s in reports[entry_id].sites)
     assert placed == NEW_SITES[tag]
 
 
@@ -135,11 +141,13 @@ def test_the_old_bare_site_is_ambiguous_there_listing_each_candidate(tmp_path, p
 
 def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_commit(tmp_path, registry):
     """BeeLlama 775450a68 as the H200 verified it (56 facts, 0 mismatches), now from its evidence:
-    every site found by its context at the line `at` records for that commit."""
+    every site found by its context at the line `at` records for that commit, but D17's two: the fork
+    descends from D17's fix (24af22fc3), its ssm_scan_f32_group has no stateC, and verify says so."""
     recorded, tree = _tree_of("fork-775450a68-facts.json", tmp_path)
     reports = verify_entries(registry.entries, tree)
     assert _said(reports) == recorded["verify"]
-    assert (sum(r.checked for r in reports), [m for r in reports for m in r.mismatches]) == (80, [])
+    assert (sum(r.checked for r in reports), [f"{m.file}: {m.key}" for r in reports for m in r.mismatches]) == \
+        (87, PAST_D17)
     placed = {(r.entry_id, s.key): (s.placement.at, s.placement.recorded) for r in reports for s in r.sites}
     assert placed == {
         ("D1", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn.cu:380", 380),
@@ -153,4 +161,7 @@ def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_co
         ("D15", "location.sites[0]"): ("ggml/src/ggml-cuda/ssm-scan.cu:103", None),
         ("D15", "location.sites[1]"): ("ggml/src/ggml-cuda/ssm-scan.cu:104", None),
         ("D16", "location.sites[0]"): ("ggml/src/ggml-cuda/common.cuh:644", None),
+        # past D17's fix: the lines are gone
+        ("D17", "location.sites[0]"): (None, None),
+        ("D17", "location.sites[1]"): (None, None),
     }
