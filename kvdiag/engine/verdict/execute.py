@@ -19,7 +19,7 @@ from kvdiag.engine.verdict.budget import compiles, step_budget
 from kvdiag.engine.verdict.case_forms import adapt_entry, case_format_of, format_note
 from kvdiag.engine.verdict.comparison import ComparisonArm, describe_comparison
 from kvdiag.engine.verdict.devices import describe, device_key, visible_value
-from kvdiag.engine.verdict.judge import Gate, judge_attempt, matchers_for
+from kvdiag.engine.verdict.judge import Gate, judge_attempt
 from kvdiag.engine.verdict.launch_program import PROGRAM, launch_listed, lister_for, program_for, with_lister, with_program
 from kvdiag.engine.evidence.launch_proof import LaunchContext
 from kvdiag.engine.verdict.listing_pass import listed_without_sanitizer
@@ -37,7 +37,7 @@ from kvdiag.proc.signals import interruption
 from kvdiag.proc.slots import SlotPool, gpu_slots, scan_slots
 from kvdiag.progress import Progress
 from kvdiag.records.run import RunRecord, log_truncation
-from kvdiag.registry.entry import Entry, Step
+from kvdiag.registry.entry import Entry, Step, matchers_for
 from kvdiag.server import completion_requests, run_server_attempt
 from kvdiag.store.runs import RunDir
 from kvdiag.workspace.tree import Tree

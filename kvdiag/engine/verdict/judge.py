@@ -43,11 +43,7 @@ from kvdiag.parse.sanitizer import instantiations, site_label
 from kvdiag.parse.text import cut_note
 from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
 from kvdiag.records.ranges import RangeEvidence
-from kvdiag.registry.entry import Entry, Matcher
-
-
-def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:
-    return tuple(m for m in entry.signature if m.step in (None, step_name))
+from kvdiag.registry.entry import Entry, matchers_for
 
 
 def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gate], index: int,
