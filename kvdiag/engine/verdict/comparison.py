@@ -14,8 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping
 
-from kvdiag.engine.verdict.judge import quote_seen
-from kvdiag.engine.evidence.observe import ArmReading
+from kvdiag.engine.evidence.observe import ArmReading, quote_seen
 from kvdiag.records.verdict import Attempt, Verdict
 from kvdiag.parse.text import strip_ansi
 from kvdiag.registry.entry import Step

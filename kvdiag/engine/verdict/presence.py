@@ -37,9 +37,20 @@ from kvdiag.records.verdict import Verdict
 from kvdiag.registry.entry import Entry, Step
 
 __all__ = ["PRESENT_UNEXERCISED", "after_running", "before_running", "exercise_hint", "refused_everywhere",
-           "unexercised", "unlisted", "with_range"]
+           "unexercised", "unlisted", "unreached", "with_range"]
 
 PRESENT_UNEXERCISED = "present by range, not exercised by this build's tests"
+
+
+def unreached(entry: Entry, step: Step, why: str, presence: RangeEvidence | None, *, refused: bool = False,
+              none_listed: bool = False) -> tuple[Verdict, str]:
+    """The verdict of a walk that reached too few matching cases (``why``): every one ``refused`` by the
+    backend, ``none_listed`` at all (the program printed no matching case), or too few run."""
+    if refused:
+        return refused_everywhere(why, presence)
+    if none_listed and step.absent_when_unlisted:
+        return unlisted(step, why, presence)
+    return unexercised(entry, step, why, presence)
 
 
 def unexercised(entry: Entry, step: Step, why: str, presence: RangeEvidence | None) -> tuple[Verdict, str]:
