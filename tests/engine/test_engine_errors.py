@@ -60,7 +60,7 @@ def test_an_interrupt_after_a_confirmed_run_keeps_the_confirmation(kv, monkeypat
         calls["n"] += 1
         attempt = real(*args, **kwargs)
         if calls["n"] == 2:
-            raise execute._Interrupted(attempt)
+            raise execute.AttemptInterrupted(attempt)
         return attempt
 
     monkeypatch.setattr(execute, "attempt_step", second_is_interrupted)

@@ -30,7 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kvdiag.engine.verdict.devices import describe
-from kvdiag.engine.verdict.execute import GateProvider, RunOptions, gpu_lease, launch_context, plan_step
+from kvdiag.controls.gate import GateProvider
+from kvdiag.engine.evidence.launch_proof import launch_context
+from kvdiag.engine.verdict.devices import gpu_lease
+from kvdiag.engine.verdict.execute import RunOptions, plan_step
 from kvdiag.engine.verdict.launch_program import launch_listed
 from kvdiag.engine.verdict.judge import judge_attempt
 from kvdiag.engine.evidence.observe import observe_segment

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from kvdiag.engine.scan.dispatch import UnitFeed, dispatch
-from kvdiag.engine.verdict.execute import GateProvider, RunOptions, attempt_step
+from kvdiag.controls.gate import GateProvider
+from kvdiag.engine.verdict.execute import RunOptions, attempt_step
 from kvdiag.engine.verdict.planning import escape_params
 from kvdiag.engine.scan.batch import (
     BatchOutcome,

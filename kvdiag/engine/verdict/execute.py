@@ -18,10 +18,10 @@ from kvdiag.engine.verdict.arm import arm_record
 from kvdiag.engine.verdict.budget import compiles, step_budget
 from kvdiag.engine.verdict.case_forms import adapt_entry, case_format_of, format_note
 from kvdiag.engine.verdict.comparison import ComparisonArm, describe_comparison
-from kvdiag.engine.verdict.devices import describe, device_key, visible_value
+from kvdiag.engine.verdict.devices import describe, gpu_lease, visible_value
 from kvdiag.engine.verdict.judge import Gate, judge_attempt
 from kvdiag.engine.verdict.launch_program import PROGRAM, launch_listed, lister_for, program_for, with_lister, with_program
-from kvdiag.engine.evidence.launch_proof import LaunchContext
+from kvdiag.engine.evidence.launch_proof import launch_context
 from kvdiag.engine.verdict.listing_pass import listed_without_sanitizer
 from kvdiag.engine.evidence.observe import JUDGED_TAIL, observe, observe_staleness
 from kvdiag.engine.verdict.planning import TemplateProblem, render_step, template_context
@@ -30,28 +30,17 @@ from kvdiag.engine.verdict.site_check import check_site, place_in_tree
 from kvdiag.engine.verdict.target import Target
 from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
 from kvdiag.engine.verdict.wrapping import sanitizer_invocation
-from kvdiag.errors import KvdiagError, UsageError
+from kvdiag.controls.gate import GateProvider
+from kvdiag.errors import AttemptInterrupted, KvdiagError, RunInterrupted, UsageError
 from kvdiag.fileio import write_atomic
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.proc.signals import interruption
-from kvdiag.proc.slots import SlotPool, gpu_slots, scan_slots
 from kvdiag.progress import Progress
 from kvdiag.records.run import RunRecord, log_truncation
 from kvdiag.registry.entry import Entry, Step, matchers_for
 from kvdiag.server import completion_requests, run_server_attempt
 from kvdiag.store.runs import RunDir
 from kvdiag.workspace.tree import Tree
-
-GateProvider = Callable[[str | None], Gate]
-
-
-class RunInterrupted(Exception):
-    """Ctrl-C during a run; carries the outcome recorded so far."""
-
-    def __init__(self, outcome: Outcome):
-        super().__init__("interrupted")
-        self.outcome = outcome
-
 
 @dataclass
 class RunOptions:
@@ -72,12 +61,6 @@ class RunOptions:
     scan_case: bool = False                   # one case of `kvdiag scan`: sanitized cases run GPU-only (the
                                               # launch probe's launch mode) and the launch gate judges per case
     record: Mapping[str, Any] = field(default_factory=dict)   # more run.json keys (verify names its arm)
-
-
-def no_sanitizer_gate(tool: str | None) -> Gate:
-    """Without a sanitizer the detector is the program's own output and exit, judged by kvdiag's
-    parsers; its control is that matching work executed, which the judge checks separately."""
-    return Gate(True, "no sanitizer involved: the control is that the matching work executed")
 
 
 def pick_step(entry: Entry, name: str | None) -> Step:
@@ -126,9 +109,9 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
             label = f"{entry.id} [{step.name}] run {index}/{n}"
             attempt = attempt_step(entry, step, target, run_dir, index, label, options, gate_provider)
             if _cancelled(options) or (arm is not None and arm.interrupted):
-                raise _Interrupted(attempt)  # another thread stopped this run, or Ctrl-C in the comparison arm
+                raise AttemptInterrupted(attempt)  # another thread stopped this run, or Ctrl-C in the comparison arm
             attempts.append(attempt)
-    except _Interrupted as exc:
+    except AttemptInterrupted as exc:
         attempts.append(exc.attempt)
         verdict, reason = Verdict.INCONCLUSIVE, f"interrupted by the user ({interruption()}); partial logs kept"
         if any(a.verdict is Verdict.CONFIRMED for a in attempts):
@@ -236,7 +219,7 @@ def _attribute(entry: Entry, step: Step, target: Target, run_dir: RunDir, attemp
         return {}, False
     try:
         return options.attribute(entry, step, target, run_dir, attempts, verdict, options, gate_provider), False
-    except _Interrupted:
+    except AttemptInterrupted:
         return {"case": {"case": None, "why_not": "interrupted while re-running cases alone", "tried": []}}, True
 
 
@@ -252,7 +235,7 @@ def _comparison_arm(entry: Entry, step: Step, target: Target, run_dir: RunDir, o
         try:
             return attempt_step(entry, arm_step, target, run_dir, 1, f"{entry.id} [{arm_step.name}] comparison arm",
                                 replace(options, comparison=None), gate_provider), False
-        except _Interrupted as exc:
+        except AttemptInterrupted as exc:
             return exc.attempt, True
     return ComparisonArm(arm, run_dir, attempt)
 
@@ -278,15 +261,9 @@ def describe_case(found: Mapping[str, Any]) -> str:
     return f"case not found: {found.get('why_not')} ({cost})"
 
 
-class _Interrupted(Exception):
-    def __init__(self, attempt: Attempt):
-        super().__init__("interrupted")
-        self.attempt = attempt
-
-
 def attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: int, label: str,
                  options: RunOptions, gate_provider: GateProvider, name_prefix: str | None = None) -> Attempt:
-    """Run one attempt of a step (all its commands) and judge it. Raises _Interrupted on Ctrl-C.
+    """Run one attempt of a step (all its commands) and judge it. Raises AttemptInterrupted on Ctrl-C.
 
     With ``options.device`` the processes see only that GPU and the attempt names it."""
     attempt = _attempt_step(entry, step, target, run_dir, index, label, options, gate_provider, name_prefix)
@@ -342,7 +319,7 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
                 except CommandInterrupted as exc:
                     results.append(exc.result)
                     obs = observe(step, results, sanitizer_logs, budget, launch_listed(planned), JUDGED_TAIL)
-                    raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
+                    raise AttemptInterrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                                      time.monotonic() - started, str(run_dir.logs))) from None
                 except CommandNotFound as exc:
                     return _not_run(step, index, Verdict.SKIPPED, str(exc))
@@ -391,7 +368,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
                 on_output=progress.line, cancel=options.cancel, wrapped=invocation is not None)
     except CommandInterrupted as exc:
         obs = observe(step, [exc.result], sanitizer_logs, tail_only=JUDGED_TAIL)
-        raise _Interrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
+        raise AttemptInterrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                          time.monotonic() - started, str(run_dir.logs))) from None
     except CommandNotFound as exc:
         return _not_run(step, index, Verdict.SKIPPED, str(exc))
@@ -417,7 +394,7 @@ def _attempt_compile(entry: Entry, step: Step, target: Target, run_dir: RunDir, 
                                on_output=progress.line, say=lambda text: progress.say(f"{label}: {text}"),
                                cancel=options.cancel)
     except CompileInterrupted as exc:
-        raise _Interrupted(exc.attempt) from None
+        raise AttemptInterrupted(exc.attempt) from None
     finally:
         progress.stop()
 
@@ -450,29 +427,6 @@ def plan_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, options
     if options.device is not None:
         planned = replace(planned, env={**planned.env, "CUDA_VISIBLE_DEVICES": visible_value(options.device)})
     return planned
-
-
-def launch_context(target: Target, *, per_case: bool) -> LaunchContext:
-    """What the launch-proof gate reads from the target: its kernel listing and its commit."""
-    git = getattr(target.build, "git", None) if target.build is not None else None
-    return LaunchContext(symbols=target.kernel_symbols, commit=getattr(git, "commit", None), per_case=per_case)
-
-
-def gpu_lease(entry: Entry, target: Target, options: RunOptions):
-    """A slot of the GPU's pool for GPU work; a no-op context for CPU-only entries."""
-    import contextlib
-
-    if not entry.requires.gpu:
-        return contextlib.nullcontext()
-    device = options.device or target.first_device
-    known = device.total_memory_bytes if device else None
-    key = target.device_key() if options.device is None else _device_key(options.device)
-    pool = SlotPool(key, scan_slots(known) if options.scan_case else gpu_slots(known or 16 << 30))
-    return pool.acquire(options.slots, timeout=None)
-
-
-def _device_key(device) -> str:
-    return device_key(device)
 
 
 def _staleness_detail(staleness) -> str:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from kvdiag.engine.verdict.execute import GateProvider, no_sanitizer_gate
 from kvdiag.controls.cache import not_reproduced_gate
 from kvdiag.controls.doctor import ensure_control
-from kvdiag.controls.gate import Gate
+from kvdiag.controls.gate import Gate, GateProvider, no_sanitizer_gate
 from kvdiag.engine.verdict.target import Target
 
 
