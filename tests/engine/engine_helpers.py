@@ -19,7 +19,8 @@ from typing import Any
 from process_checks import pid_gone, wait_until  # noqa: F401 - re-exported for the engine tests
 
 from kvdiag.controls.gate import no_sanitizer_gate
-from kvdiag.engine.verdict.execute import RunOptions, run_entry
+from kvdiag.engine.verdict.execute import run_entry
+from kvdiag.engine.verdict.planning import RunOptions
 from kvdiag.engine.verdict.judge import Gate
 from kvdiag.engine.verdict.target import Target, prepare_target
 from kvdiag.records.verdict import Outcome

@@ -25,7 +25,8 @@ import traceback
 from pathlib import Path
 
 from kvdiag.engine.bisect.resume import Resumed
-from kvdiag.engine.verdict.execute import RunOptions, pick_step, run_entry
+from kvdiag.engine.verdict.execute import pick_step, run_entry
+from kvdiag.engine.verdict.planning import RunOptions
 from kvdiag.errors import RunInterrupted
 from kvdiag.engine.verdict.gates import controls_gate_provider
 from kvdiag.workspace.scratch_build import BuildFailed, BuildRecipe, build_tree

@@ -63,7 +63,7 @@ class Observations:
     aborts: tuple[AbortInfo, ...]
     stale: bool | None = None
     stale_detail: str = ""
-    budget_s: float | None = None            # the step's time budget (engine.verdict.budget), when it ran commands
+    budget_s: float | None = None            # the step's time budget (engine.verdict.processes), when it ran commands
     # the step's comparison arm, read (and run, the first time) only when a relative matcher asks
     comparison: Callable[[], ArmReading] | None = None
     launches: tuple[Launch, ...] = ()        # the launch probe's lines (kvdiag.parse.launches)

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kvdiag.engine.run.attribution import attribute_outcome
-from kvdiag.engine.verdict.execute import RunOptions, run_entry
+from kvdiag.engine.verdict.execute import run_entry
+from kvdiag.engine.verdict.planning import RunOptions
 from kvdiag.errors import RunInterrupted
 from kvdiag.engine.verdict.gates import controls_gate_provider
 from kvdiag.engine.verdict.ranges import look_up_commits

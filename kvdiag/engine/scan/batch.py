@@ -33,14 +33,14 @@ from kvdiag.engine.verdict.devices import describe
 from kvdiag.controls.gate import GateProvider
 from kvdiag.engine.evidence.launch_proof import launch_context
 from kvdiag.engine.verdict.devices import gpu_lease
-from kvdiag.engine.verdict.execute import RunOptions, plan_step
+from kvdiag.engine.verdict.planning import RunOptions, plan_step
 from kvdiag.engine.verdict.launch_program import launch_listed
 from kvdiag.engine.verdict.judge import judge_attempt
 from kvdiag.engine.evidence.observe import observe_segment
 from kvdiag.engine.verdict.planning import TemplateProblem, escape_params
 from kvdiag.engine.verdict.target import Target
 from kvdiag.records.verdict import Attempt, Evidence, Verdict
-from kvdiag.engine.verdict.wrapping import sanitizer_invocation
+from kvdiag.engine.verdict.processes import sanitizer_invocation
 from kvdiag.parse.case_segments import split_cases
 from kvdiag.parse.text import strip_ansi
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command

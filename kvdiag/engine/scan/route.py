@@ -44,7 +44,7 @@ from kvdiag.engine.scan.dispatch import dispatch
 from kvdiag.controls.gate import GateProvider
 from kvdiag.engine.evidence.launch_proof import launch_context
 from kvdiag.engine.verdict.devices import gpu_lease
-from kvdiag.engine.verdict.execute import RunOptions, plan_step
+from kvdiag.engine.verdict.planning import RunOptions, plan_step
 from kvdiag.engine.verdict.launch_program import lister_for, program_for, with_lister, with_program
 from kvdiag.engine.evidence.launch_proof import LaunchJudgement, judge_launch
 from kvdiag.engine.verdict.planning import TemplateProblem

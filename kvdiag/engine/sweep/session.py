@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from kvdiag import __version__
 from kvdiag.engine.verdict.devices import describe
 from kvdiag.controls.gate import GateProvider
-from kvdiag.engine.verdict.execute import RunOptions, run_entry
+from kvdiag.engine.verdict.execute import run_entry
+from kvdiag.engine.verdict.planning import RunOptions
 from kvdiag.errors import RunInterrupted
 from kvdiag.engine.verdict.gates import controls_gate_provider
 from kvdiag.engine.verdict.ranges import look_up_commits

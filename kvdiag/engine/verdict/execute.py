@@ -7,29 +7,26 @@ that is killed, interrupted or crashes still leaves what happened on disk.
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from dataclasses import replace
+from typing import Any, Mapping
 
 from kvdiag import __version__
 from kvdiag.engine.verdict.applicability import judge_applicability
 from kvdiag.engine.verdict.arm import arm_record
-from kvdiag.engine.verdict.budget import compiles, step_budget
+from kvdiag.engine.verdict.processes import compiles, line_env, not_run, sanitizer_invocation, step_budget
 from kvdiag.engine.verdict.case_forms import adapt_entry, case_format_of, format_note
 from kvdiag.engine.verdict.comparison import ComparisonArm, describe_comparison
-from kvdiag.engine.verdict.devices import describe, gpu_lease, visible_value
+from kvdiag.engine.verdict.devices import describe, gpu_lease
 from kvdiag.engine.verdict.judge import Gate, judge_attempt
-from kvdiag.engine.verdict.launch_program import PROGRAM, launch_listed, lister_for, program_for, with_lister, with_program
+from kvdiag.engine.verdict.launch_program import launch_listed, listed_without_sanitizer
 from kvdiag.engine.evidence.launch_proof import launch_context
-from kvdiag.engine.verdict.listing_pass import listed_without_sanitizer
 from kvdiag.engine.evidence.observe import JUDGED_TAIL, observe, observe_staleness
-from kvdiag.engine.verdict.planning import TemplateProblem, render_step, template_context
+from kvdiag.engine.verdict.planning import RunOptions, TemplateProblem, plan_step
 from kvdiag.engine.verdict.presence import after_running, before_running
 from kvdiag.engine.verdict.site_check import check_site, place_in_tree
 from kvdiag.engine.verdict.target import Target
-from kvdiag.records.verdict import Attempt, Evidence, Outcome, Verdict, aggregate
-from kvdiag.engine.verdict.wrapping import sanitizer_invocation
+from kvdiag.records.verdict import Attempt, Outcome, Verdict, aggregate
 from kvdiag.controls.gate import GateProvider
 from kvdiag.errors import AttemptInterrupted, KvdiagError, RunInterrupted, UsageError
 from kvdiag.fileio import write_atomic
@@ -41,27 +38,6 @@ from kvdiag.registry.entry import Entry, Step, matchers_for
 from kvdiag.server import completion_requests, run_server_attempt
 from kvdiag.store.runs import RunDir
 from kvdiag.workspace.tree import Tree
-
-@dataclass
-class RunOptions:
-    step: str | None = None
-    runs: int | None = None
-    overrides: Mapping[str, Any] = field(default_factory=dict)
-    slots: int = 1
-    progress: Progress | None = None
-    cancel: threading.Event | None = None     # set by another thread to stop a scan's workers
-    device: Any = None                        # a GpuDevice to pin the processes to (multi-GPU hosts)
-    # After the verdict: find the case a walk died in without naming it (kvdiag.engine.run.attribution
-    # .attribute_outcome, set by the commands; it sits above this module, so it is handed in).
-    attribute: Callable[..., dict] | None = None
-    step_budget: float | None = None          # seconds a step may run (None: from the step, see engine.verdict.budget)
-    skip_builds: bool = False                 # steps that compile code are skipped (`sweep --skip-builds`)
-    # The judged step's comparison arm, read by relative matchers (set by run_entry, see engine.verdict.comparison).
-    comparison: Callable[[], Any] | None = None
-    scan_case: bool = False                   # one case of `kvdiag scan`: sanitized cases run GPU-only (the
-                                              # launch probe's launch mode) and the launch gate judges per case
-    record: Mapping[str, Any] = field(default_factory=dict)   # more run.json keys (verify names its arm)
-
 
 def pick_step(entry: Entry, name: str | None) -> Step:
     if name is None:
@@ -108,7 +84,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         for index in range(1, n + 1):
             label = f"{entry.id} [{step.name}] run {index}/{n}"
             attempt = attempt_step(entry, step, target, run_dir, index, label, options, gate_provider)
-            if _cancelled(options) or (arm is not None and arm.interrupted):
+            if options.cancelled or (arm is not None and arm.interrupted):
                 raise AttemptInterrupted(attempt)  # another thread stopped this run, or Ctrl-C in the comparison arm
             attempts.append(attempt)
     except AttemptInterrupted as exc:
@@ -135,7 +111,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
         return outcome
     verdict, reason = aggregate(attempts)
     extra, interrupted = _attribute(entry, step, target, run_dir, attempts, verdict, options, gate_provider)
-    interrupted = interrupted or _cancelled(options)
+    interrupted = interrupted or options.cancelled
     if extra.get("case"):
         reason += f"; {describe_case(extra['case'])}"
     if not interrupted and arm is not None:
@@ -144,7 +120,7 @@ def run_entry(entry: Entry, target: Target, run_dir: RunDir, *, options: RunOpti
             extra = {**extra, "comparison": comparison}
             if not _measured_in_reason(entry, step, verdict):
                 reason += f"; {describe_comparison(comparison)}"
-        interrupted = arm.interrupted or _cancelled(options)
+        interrupted = arm.interrupted or options.cancelled
     notes, site = site_notes(entry, target, attempts, verdict, options)
     warnings += notes
     extra = {**extra, **({"site": site} if site else {})}
@@ -247,12 +223,6 @@ def _measured_in_reason(entry: Entry, step: Step, verdict: Verdict) -> bool:
     return relative and verdict in (Verdict.CONFIRMED, Verdict.NOT_REPRODUCED)
 
 
-def _cancelled(options: RunOptions) -> bool:
-    """Whether the caller's cancel event stopped this run: its commands then ended as on Ctrl-C
-    (returned, not raised, see run_command), and the run is recorded as interrupted like one."""
-    return options.cancel is not None and options.cancel.is_set()
-
-
 def describe_case(found: Mapping[str, Any]) -> str:
     """One line for the verdict's reason: the case, or why none was found, and what the search cost."""
     cost = f"{len(found.get('tried') or ())} process(es), {found.get('wall_s') or 0:.1f} s on top of the run"
@@ -293,7 +263,7 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
     try:
         planned = plan_step(entry, step, target, run_dir, options)
     except TemplateProblem as exc:
-        return _not_run(step, index, Verdict.SKIPPED, str(exc))
+        return not_run(step, index, Verdict.SKIPPED, str(exc))
     results, sanitizer_logs = [], []
     invocation = sanitizer_invocation(step)
     lease = gpu_lease(entry, target, options)
@@ -313,7 +283,7 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
                 left = budget if j == 0 else max(1.0, budget - (time.monotonic() - started))
                 try:
                     result = run_command(argv, timeout=left, log_dir=run_dir.logs, name=name,
-                                         env_overrides=_line_env(step, planned.env), tty=step.tty,
+                                         env_overrides=line_env(step, planned.env), tty=step.tty,
                                          on_output=progress.line,
                                          cancel=options.cancel)
                 except CommandInterrupted as exc:
@@ -322,7 +292,7 @@ def _attempt_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, ind
                     raise AttemptInterrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                                      time.monotonic() - started, str(run_dir.logs))) from None
                 except CommandNotFound as exc:
-                    return _not_run(step, index, Verdict.SKIPPED, str(exc))
+                    return not_run(step, index, Verdict.SKIPPED, str(exc))
                 results.append(result)
                 if not result.ok and j + 1 < len(planned.commands):
                     break
@@ -349,7 +319,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
     try:
         planned = plan_step(entry, step, target, run_dir, options)
     except TemplateProblem as exc:
-        return _not_run(step, index, Verdict.SKIPPED, str(exc))
+        return not_run(step, index, Verdict.SKIPPED, str(exc))
     name = name_prefix or f"{step.name}-{index}"
     argv = tuple(planned.commands[0])
     sanitizer_logs = []
@@ -371,7 +341,7 @@ def _attempt_server(entry: Entry, step: Step, target: Target, run_dir: RunDir, i
         raise AttemptInterrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                          time.monotonic() - started, str(run_dir.logs))) from None
     except CommandNotFound as exc:
-        return _not_run(step, index, Verdict.SKIPPED, str(exc))
+        return not_run(step, index, Verdict.SKIPPED, str(exc))
     finally:
         progress.stop()
     obs = observe(step, [result], sanitizer_logs, launch_listed=launch_listed(planned))   # the CUPTI lister's
@@ -399,44 +369,10 @@ def _attempt_compile(entry: Entry, step: Step, target: Target, run_dir: RunDir, 
         progress.stop()
 
 
-def _line_env(step: Step, env: Mapping[str, str]) -> dict[str, str] | None:
-    """A build step's environment: TERM=dumb unless the step sets TERM, so that ninja on the
-    step's pty prints one `[n/m]` line per edge (which the log keeps and progress shows)
-    instead of rewriting one line with carriage returns."""
-    if compiles(step):
-        return {"TERM": "dumb", **env}
-    return dict(env) or None
-
-
-def plan_step(entry: Entry, step: Step, target: Target, run_dir: RunDir, options: RunOptions):
-    build = target.build
-    binaries = dict(build.binaries) if build else {}
-    program = program_for(step, target)       # the launch probe's build of test-backend-ops, when it exists
-    if program is not None:
-        binaries[PROGRAM] = program
-    context = template_context(
-        entry, step, binaries=binaries, build_dir=build.build_dir if build else None,
-        source_dir=build.source_dir if build else None, scratch=run_dir.scratch, overrides=options.overrides)
-    planned = render_step(step, context)
-    if program is not None:
-        planned = with_program(planned, program, launch_mode=options.scan_case and bool(step.sanitizer))
-    elif not step.sanitizer and (library := lister_for(step, target)) is not None:
-        # the probe did not apply to this tree: list through CUPTI (which cannot subscribe beside
-        # compute-sanitizer, so a sanitized step is listed by a scan's route phase instead)
-        planned = with_lister(planned, library)
-    if options.device is not None:
-        planned = replace(planned, env={**planned.env, "CUDA_VISIBLE_DEVICES": visible_value(options.device)})
-    return planned
-
-
 def _staleness_detail(staleness) -> str:
     if staleness is None:
         return "no build given"
     return "\n".join(staleness.evidence_lines()).strip()
-
-
-def _not_run(step: Step, index: int, verdict: Verdict, reason: str) -> Attempt:
-    return Attempt(step=step.name, index=index, verdict=verdict, reason=reason, evidence=Evidence())
 
 
 def _finish(run_dir: RunDir, header: RunRecord, outcome: Outcome) -> None:

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kvdiag.engine.verdict.arm import arm_record
-from kvdiag.engine.verdict.execute import RunOptions, pick_step, run_entry
+from kvdiag.engine.verdict.execute import pick_step, run_entry
+from kvdiag.engine.verdict.planning import RunOptions
 from kvdiag.errors import RunInterrupted
 from kvdiag.engine.verdict.gates import controls_gate_provider
 from kvdiag.engine.verify.numeric import NUMERIC_STEP, NumericResult, numeric_step, run_numeric
