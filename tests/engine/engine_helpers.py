@@ -177,7 +177,7 @@ class Scenarios:
         calls: list[Any] = []
 
         def provider(tool):
-            # As the real provider (kvdiag.engine.verdict.gates) does, a step without a sanitizer
+            # As the real provider (kvdiag.engine.verdict.target) does, a step without a sanitizer
             # gets the no-sanitizer gate; a sanitizer's gate is the one the test chose.
             calls.append(tool)
             return no_sanitizer_gate(tool) if tool is None else gate

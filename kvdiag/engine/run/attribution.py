@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kvdiag.controls.gate import GateProvider
-from kvdiag.engine.verdict.execute import attempt_step
+from kvdiag.engine.verdict.attempt import attempt_step
 from kvdiag.engine.verdict.planning import RunOptions, plan_step
 from kvdiag.engine.scan.cases import enumerate_cases, exact_case_regex
 from kvdiag.engine.verdict.target import Target

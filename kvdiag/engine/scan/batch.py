@@ -201,7 +201,7 @@ def not_started(out: BatchOutcome, step: Step, cases: Sequence[tuple[int, str]],
                 options: RunOptions) -> BatchOutcome:
     """A batch whose process could not start: a harness problem, not its cases'. A command line too
     long is cut in two batches; any other exec error would fail each case alone the same way, so it
-    is every case's reason (skipped, as a case alone gets it: engine.verdict.execute), without a process each."""
+    is every case's reason (skipped, as a case alone gets it: engine.verdict.attempt), without a process each."""
     if exc.arguments_too_long and len(cases) > 1:
         half = len(cases) // 2
         out.split = [list(cases[:half]), list(cases[half:])]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from kvdiag.engine.scan.dispatch import UnitFeed, dispatch
 from kvdiag.controls.gate import GateProvider
-from kvdiag.engine.verdict.execute import attempt_step
+from kvdiag.engine.verdict.attempt import attempt_step
 from kvdiag.engine.verdict.planning import RunOptions
 from kvdiag.engine.verdict.planning import escape_params
 from kvdiag.engine.scan.batch import (

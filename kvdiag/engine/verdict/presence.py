@@ -32,12 +32,14 @@ launched stays inconclusive.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from kvdiag.records.ranges import RangeEvidence
-from kvdiag.records.verdict import Verdict
+from kvdiag.records.verdict import Attempt, Verdict
 from kvdiag.registry.entry import Entry, Step
 
-__all__ = ["PRESENT_UNEXERCISED", "after_running", "before_running", "exercise_hint", "refused_everywhere",
-           "unexercised", "unlisted", "unreached", "with_range"]
+__all__ = ["PRESENT_UNEXERCISED", "after_running", "before_running", "built_without", "exercise_hint",
+           "refused_everywhere", "unexercised", "unlisted", "unreached", "with_range"]
 
 PRESENT_UNEXERCISED = "present by range, not exercised by this build's tests"
 
@@ -141,3 +143,11 @@ def after_running(verdict: Verdict, reason: str, warnings: list[str], presence: 
         warnings.append(f"the signature matched although the range says {presence.summary}: the entry's range, "
                         f"or this tree's history, is wrong")
     return verdict, reason, warnings
+
+
+def built_without(attempts: Sequence[Attempt]) -> bool:
+    """Every not-applicable attempt rests on the launch-proof gate: the build compiled no kernel the
+    entry is about (engine.verdict.judge rule 9), build evidence that holds inside an affected range too
+    (``after_running``'s ``built_without``)."""
+    refused = [a for a in attempts if a.verdict is Verdict.NOT_APPLICABLE]
+    return bool(refused) and all(a.evidence.launch_proof for a in refused)

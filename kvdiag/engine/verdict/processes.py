@@ -1,4 +1,4 @@
-"""How a step's processes run: the sanitizer in front of each, within the step's budget.
+"""The attempt stage: a step's processes run, the sanitizer in front of each, within the step's budget.
 
 A sweep must finish: one entry whose step hangs (a build that never ends, a
 server that never answers) may not hold the others hostage. Every step gets a
@@ -8,20 +8,27 @@ at least `BUDGET_FLOOR_S` (a loaded machine, a cold cache), never more than its
 kills the step's process group and the attempt is inconclusive with its partial
 log.
 
-What the processes print streams into the run's logs as it arrives (kvdiag.proc.runner), and
-the observe stage (engine.evidence.observe) reads it back from disk.
+What the processes print streams into the run's logs as it arrives (kvdiag.proc.runner): this
+stage returns what they left (`Ran`), and the observe stage (engine.evidence.observe) reads it
+back from disk. Ctrl-C and a program that cannot start are part of what is returned, not raised:
+the pipeline (engine.verdict.attempt) still judges what a cut-short attempt left.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, ContextManager, Mapping, Sequence
 
-from kvdiag.errors import UsageError
+from kvdiag.errors import CommandInterrupted, CommandNotFound, UsageError
+from kvdiag.progress import Progress
+from kvdiag.proc.runner import run_command
 from kvdiag.records.verdict import Attempt, Evidence, Verdict
 from kvdiag.registry.entry import Step
+from kvdiag.server import run_server_attempt
 
 BUDGET_FACTOR = 5
 BUDGET_FLOOR_S = 120.0
@@ -74,6 +81,80 @@ def wrap_with_sanitizer(step: Step, program_argv: Sequence[str], log_file: Path,
     if invocation is None:
         return tuple(program_argv)
     return invocation.argv(sanitizer or Path("compute-sanitizer"), log_file, program_argv)
+
+
+@dataclass
+class Ran:
+    """What an attempt's processes left: each command's result and the sanitizer's logs."""
+
+    results: list[Any] = field(default_factory=list)
+    sanitizer_logs: list[Path] = field(default_factory=list)
+    interrupted: bool = False            # Ctrl-C: the last result is partial
+    not_started: str | None = None       # the program could not be started: nothing ran
+
+
+def run_commands(planned, sanitizer: Path | None, log_dir: Path, name: str, budget: float, *,
+                 started: float, lease: ContextManager, progress: Progress, label: str, cancel=None) -> Ran:
+    """Run the planned step's commands in order, each under the step's sanitizer, until one fails; the
+    budget (counted from ``started``, the attempt's start) covers them all (a configure and its build)."""
+    step, ran = planned.step, Ran()
+    invocation = sanitizer_invocation(step)
+    progress.start(label, budget_s=budget)
+    try:
+        with lease:
+            for j, command in enumerate(planned.commands):
+                own = name + (f"-{j + 1}" if len(planned.commands) > 1 else "")
+                argv = tuple(command)
+                if invocation is not None:
+                    log = log_dir / f"{own}.sanitizer.log"
+                    ran.sanitizer_logs.append(log)
+                    argv = invocation.argv(sanitizer, log, command)
+                left = budget if j == 0 else max(1.0, budget - (time.monotonic() - started))
+                try:
+                    result = run_command(argv, timeout=left, log_dir=log_dir, name=own,
+                                         env_overrides=line_env(step, planned.env), tty=step.tty,
+                                         on_output=progress.line, cancel=cancel)
+                except CommandInterrupted as exc:
+                    ran.results.append(exc.result)
+                    ran.interrupted = True
+                    return ran
+                except CommandNotFound as exc:
+                    ran.not_started = str(exc)
+                    return ran
+                ran.results.append(result)
+                if not result.ok and j + 1 < len(planned.commands):
+                    break
+    finally:
+        progress.stop()
+    return ran
+
+
+def run_server(planned, sanitizer: Path | None, log_dir: Path, name: str, budget: float, requests, *,
+               lease: ContextManager, progress: Progress, label: str, cancel=None) -> Ran:
+    """A server step: start llama-server (under the sanitizer if the step has one), send the
+    step's requests, stop it; its logs are judged like any command's."""
+    step, ran = planned.step, Ran()
+    argv = tuple(planned.commands[0])
+    invocation = sanitizer_invocation(step)
+    if invocation is not None:
+        log = log_dir / f"{name}.sanitizer.log"
+        ran.sanitizer_logs.append(log)
+        argv = invocation.argv(sanitizer, log, argv)
+    progress.start(label, budget_s=budget)
+    try:
+        with lease:
+            result, _server = run_server_attempt(
+                step, argv, planned.env or None, log_dir, name, timeout=budget, requests=requests,
+                on_output=progress.line, cancel=cancel, wrapped=invocation is not None)
+        ran.results.append(result)
+    except CommandInterrupted as exc:
+        ran.results.append(exc.result)
+        ran.interrupted = True
+    except CommandNotFound as exc:
+        ran.not_started = str(exc)
+    finally:
+        progress.stop()
+    return ran
 
 
 def line_env(step: Step, env: Mapping[str, str]) -> dict[str, str] | None:

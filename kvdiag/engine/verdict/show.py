@@ -1,7 +1,7 @@
 """What `kvdiag show ID --build DIR` prints: each step's argv against that build, as `run` would plan it.
 
 The argv render through the same templates as a run's (engine.verdict.planning), in the entry's
-case form for the build (engine.verdict.case_forms), with the sanitizer in front as a run puts it
+case form for the build (engine.verdict.plan), with the sanitizer in front as a run puts it
 (engine.verdict.processes); a compile step shows its scratch configure and build.
 """
 
@@ -37,8 +37,8 @@ def _compile_display(step: Step, build) -> str:
 
 
 def _in_build_format(entry: Entry, build) -> Entry:
-    """The entry's case regexes as `run` renders them for this build (engine.verdict.case_forms)."""
-    from kvdiag.engine.verdict.case_forms import adapt_entry
+    """The entry's case regexes as `run` renders them for this build (engine.verdict.plan)."""
+    from kvdiag.engine.verdict.plan import adapt_entry
     from kvdiag.parse.case_format import CaseFormat
     from kvdiag.workspace.backend_ops import program_kv_types
 
