@@ -57,8 +57,8 @@ def _attempt(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: i
         except TemplateProblem as exc:
             return not_run(step, index, Verdict.SKIPPED, str(exc))
         server, name = step.kind == "server", name_prefix or f"{step.name}-{index}"
-        budget = step_budget(step, options.step_budget)
         lease = gpu_lease(entry, target, options)
+        budget = step_budget(step, options.step_budget)
         if server:
             ran = run_server(planned, target.sanitizer, run_dir.logs, name, budget,
                              completion_requests({**step.vars, **options.overrides}), lease=lease,
@@ -75,6 +75,7 @@ def _attempt(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: i
         if ran.interrupted:
             raise AttemptInterrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                                    time.monotonic() - started, str(run_dir.logs)))
+        launch = None if server else launch_context(target, per_case=options.scan_case)   # what the launch gate reads
         if not server and not options.scan_case:        # a scan's cases are listed by its route phase
             with gpu_lease(entry, target, options):
                 obs = listed_without_sanitizer(obs, planned, target, run_dir.logs,
@@ -82,7 +83,7 @@ def _attempt(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: i
         # The gate is lazy: only a would-be not-reproduced consults it (it may cost a canary run).
         return judge_attempt(entry, obs, lambda: gate_provider(step.sanitizer), index, time.monotonic() - started,
                              str(run_dir.logs), presence=target.range_evidence(entry), comparison=options.comparison,
-                             launch=None if server else launch_context(target, per_case=options.scan_case))
+                             launch=launch)
     if step.kind == "build-check":
         # The target's staleness answer is the one source: "current" there carries the control's proof
         # (engine.verdict.target.proven), anything the control did not prove is already "not checked".
