@@ -256,7 +256,7 @@ def show_cmd(ctx: Context, entry_id: str, build_dir: Path | None, fmt: str) -> i
     entry = ctx.registry.get(entry_id)
     plans = None
     if build_dir is not None:
-        from kvdiag.engine.verdict.planning import plan_commands_for_display
+        from kvdiag.engine.verdict.show import plan_commands_for_display
 
         plans = plan_commands_for_display(entry, build_dir)
     if fmt == "json":

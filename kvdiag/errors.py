@@ -5,6 +5,9 @@ The library raises these; only the CLI turns them into one line and an exit
 means to the user is decided here, once. Parse helpers that fail on one input
 (``MarkerError``, ``ProbeFileError``, ``GGUFError``) stay ``ValueError``s beside
 their parsers: their callers turn them into one of these or into a problem line.
+
+Three interruptions stand beside them, none an error: Ctrl-C during a command, during an
+attempt of a step and during a run, each carrying what was kept of it.
 """
 
 from __future__ import annotations
@@ -70,6 +73,24 @@ class CommandInterrupted(KeyboardInterrupt):
     def __init__(self, message: str, result: Any):     # a kvdiag.proc.result.CommandResult
         super().__init__(message)
         self.result = result
+
+
+class AttemptInterrupted(Exception):
+    """Ctrl-C during an attempt of a step (or another thread stopped its run); ``.attempt`` is the
+    attempt judged from the partial logs (a kvdiag.records.verdict.Attempt). Raised inside the
+    engine's verdict pipeline and caught there: the run records it and raises RunInterrupted."""
+
+    def __init__(self, attempt: Any):
+        super().__init__("interrupted")
+        self.attempt = attempt
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C during a run; ``.outcome`` is the outcome recorded so far (a kvdiag.records.verdict.Outcome)."""
+
+    def __init__(self, outcome: Any):
+        super().__init__("interrupted")
+        self.outcome = outcome
 
 
 class SlotTimeout(KvdiagError):

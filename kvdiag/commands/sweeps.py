@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from kvdiag.commands.options import Count, GivenPath, IdList, Seconds, build_option
-from kvdiag.engine.verdict.budget import BUDGET_FACTOR, BUDGET_FLOOR_S
+from kvdiag.engine.verdict.processes import BUDGET_FACTOR, BUDGET_FLOOR_S
 from kvdiag.errors import DataError, UsageError
 from kvdiag.fileio import output_target, write_atomic, written_as
 from kvdiag.exitcodes import ExitCode

@@ -8,6 +8,7 @@ nothing, so neither side has to import the other to speak it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -16,3 +17,13 @@ class Gate:
 
     allowed: bool
     reason: str
+
+
+#: the gate for each sanitizer tool (None: a step without one), as a run's engine asks for it
+GateProvider = Callable[[str | None], Gate]
+
+
+def no_sanitizer_gate(tool: str | None) -> Gate:
+    """Without a sanitizer the detector is the program's own output and exit, judged by kvdiag's
+    parsers; its control is that matching work executed, which the judge checks separately."""
+    return Gate(True, "no sanitizer involved: the control is that the matching work executed")

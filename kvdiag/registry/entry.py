@@ -185,3 +185,11 @@ class Entry:
             if inside:
                 out.append(line)
         return "\n".join(out).strip()
+
+
+def matchers_for(entry: Entry, step_name: str) -> tuple[Matcher, ...]:
+    """The signature matchers that judge step ``step_name``: those naming it, and those naming no step.
+
+    A question about the entry's own tables, asked by the judge, by `run --step` (a step without
+    one is not a verdict) and by the arm a run records; so it lives with the entry, not the judge."""
+    return tuple(m for m in entry.signature if m.step in (None, step_name))

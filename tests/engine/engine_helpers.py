@@ -18,7 +18,9 @@ from typing import Any
 
 from process_checks import pid_gone, wait_until  # noqa: F401 - re-exported for the engine tests
 
-from kvdiag.engine.verdict.execute import RunOptions, no_sanitizer_gate, run_entry
+from kvdiag.controls.gate import no_sanitizer_gate
+from kvdiag.engine.verdict.execute import run_entry
+from kvdiag.engine.verdict.planning import RunOptions
 from kvdiag.engine.verdict.judge import Gate
 from kvdiag.engine.verdict.target import Target, prepare_target
 from kvdiag.records.verdict import Outcome
@@ -175,7 +177,7 @@ class Scenarios:
         calls: list[Any] = []
 
         def provider(tool):
-            # As the real provider (kvdiag.engine.verdict.gates) does, a step without a sanitizer
+            # As the real provider (kvdiag.engine.verdict.target) does, a step without a sanitizer
             # gets the no-sanitizer gate; a sanitizer's gate is the one the test chose.
             calls.append(tool)
             return no_sanitizer_gate(tool) if tool is None else gate

@@ -1,4 +1,4 @@
-"""A case described once, found on every era's test-backend-ops (kvdiag.parse.case_format, engine.verdict.case_forms).
+"""A case described once, found on every era's test-backend-ops (kvdiag.parse.case_format, engine.verdict.plan).
 
 Before ggml 6976b270 (2026-05-01) a FLASH_ATTN_EXT case printed ``type_KV=f16``; the registry
 writes ``type_K=f16,type_V=f16``. The real cases come from the recorded H200 run of every
@@ -16,7 +16,7 @@ import re
 import pytest
 
 from engine_helpers import ALLOWED, REGISTRY, SCENARIO_BUILDS, TRANSCRIPTS, fake_gpu
-from kvdiag.engine.verdict.case_forms import adapt_entry
+from kvdiag.engine.verdict.plan import adapt_entry
 from kvdiag.records.verdict import Verdict
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.parse.case_format import JOINED, SPLIT, CaseFormat, adapt_regex

@@ -48,7 +48,8 @@ def test_a_pinned_attempt_sees_only_its_gpu_and_names_it(kv, d2):
     """The scenario build prints nothing of the environment, so read it back from cmd.json."""
     import json
 
-    from kvdiag.engine.verdict.execute import RunOptions, attempt_step
+    from kvdiag.engine.verdict.attempt import attempt_step
+    from kvdiag.engine.verdict.planning import RunOptions
     from kvdiag.engine.verdict.judge import Gate
     from kvdiag.store.runs import RunDir
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import kvdiag.engine.verdict.attempt as attempt_stage
 import kvdiag.engine.verdict.execute as execute
 from kvdiag.cli import main
 from kvdiag.records.verdict import Verdict
@@ -12,7 +13,7 @@ def test_a_crash_while_judging_is_an_error_verdict_and_the_run_is_finished(kv, d
     def broken(*args, **kwargs):
         raise RuntimeError("judge exploded")
 
-    monkeypatch.setattr(execute, "judge_attempt", broken)
+    monkeypatch.setattr(attempt_stage, "judge_attempt", broken)
     result = kv.run(d2, kv.target_for("backend_ops_all_ok"))
     assert result.outcome.verdict is Verdict.ERROR
     assert "judge exploded" in result.outcome.reason
@@ -60,7 +61,7 @@ def test_an_interrupt_after_a_confirmed_run_keeps_the_confirmation(kv, monkeypat
         calls["n"] += 1
         attempt = real(*args, **kwargs)
         if calls["n"] == 2:
-            raise execute._Interrupted(attempt)
+            raise execute.AttemptInterrupted(attempt)
         return attempt
 
     monkeypatch.setattr(execute, "attempt_step", second_is_interrupted)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kvdiag.controls.gate import Gate
-from kvdiag.engine.verdict.execute import _built_without
+from kvdiag.engine.verdict.presence import built_without as _built_without
 from kvdiag.engine.verdict.judge import judge_attempt
 from kvdiag.engine.evidence.launch_proof import LaunchContext, entry_kernels, judge_launch
 from kvdiag.engine.evidence.observe import observe_segment

@@ -1,4 +1,4 @@
-"""A sanitized step's launches, listed without the sanitizer by kvdiag's CUPTI lister (engine.verdict.listing_pass),
+"""A sanitized step's launches, listed without the sanitizer by kvdiag's CUPTI lister (engine.verdict.launch_program),
 and a scan's sanitized cases named by their route phase (engine.scan.phases.with_route_launches).
 
 The recorded H100 output (tests/fixtures/device/h100-launch-lister/) is the ground truth: the lister
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvdiag.engine.verdict.launch_program import INJECTION_ENV
-from kvdiag.engine.verdict.listing_pass import listed_without_sanitizer
+from kvdiag.engine.verdict.launch_program import listed_without_sanitizer
 from kvdiag.engine.evidence.observe import Observations
 from kvdiag.engine.verdict.planning import PlannedStep
 from kvdiag.engine.scan.phases import with_route_launches

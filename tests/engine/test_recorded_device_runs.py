@@ -16,7 +16,7 @@ import pytest
 from engine_helpers import read_recorded
 
 from kvdiag.cli import main
-from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.controls.gate import no_sanitizer_gate
 from kvdiag.engine.verdict.judge import judge_attempt
 from kvdiag.engine.evidence.observe import observe
 from kvdiag.engine.scan.cases import CaseSpace, ScanResult

@@ -26,7 +26,7 @@ from kvdiag.engine.run.attribution import (
     own_output,
     reproduces,
 )
-from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.controls.gate import no_sanitizer_gate
 from kvdiag.engine.verdict.judge import judge_attempt
 from kvdiag.engine.evidence.observe import observe
 from kvdiag.records.verdict import Attempt, Outcome, Verdict

@@ -33,7 +33,7 @@ from engine_helpers import (
 )
 from isolation import isolate
 from kvdiag.cli import main
-from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.controls.gate import no_sanitizer_gate
 from kvdiag.engine.scan.cases import CaseSpace, ScanResult, enumerate_cases, exact_case_regex, scan, scan_step
 from kvdiag.report.scan_text import render_scan
 from kvdiag.records.verdict import Attempt, Evidence, Verdict

@@ -15,7 +15,7 @@ from collections import Counter
 from engine_helpers import ALLOWED
 from test_scan import HANG, OP, scan_entry_body
 
-from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.controls.gate import no_sanitizer_gate
 from kvdiag.engine.scan.cases import CaseSpace, enumerate_cases, scan
 from kvdiag.store.runs import RunDir
 from kvdiag.workspace.gpu import GpuDevice, GpuFingerprint

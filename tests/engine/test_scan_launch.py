@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import ALLOWED
-from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.controls.gate import no_sanitizer_gate
 from kvdiag.engine.scan.cases import scan
 from kvdiag.engine.scan.kernels import group_by_kernel
 from kvdiag.records.verdict import Verdict

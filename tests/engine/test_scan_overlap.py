@@ -323,7 +323,7 @@ def test_detect_starts_while_cases_are_still_being_routed(tmp_path_factory, monk
     third on, each waits (at most 10 s) for a detect process to have started. One after the other, none
     could have; overlapped, each finds one running, and every case comes out as the H200 recorded it."""
     from engine_helpers import REGISTRY, read_recorded
-    from kvdiag.engine.verdict.execute import no_sanitizer_gate
+    from kvdiag.controls.gate import no_sanitizer_gate
     from kvdiag.engine.scan.cases import enumerate_cases
     from kvdiag.registry.loader import load_registry
     from test_scan_route_recorded import EVERY, RECORDED, launches_of

@@ -22,7 +22,7 @@ import pytest
 
 import kvdiag.engine.scan.batch as scan_batch
 from engine_helpers import ALLOWED, REPO
-from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.controls.gate import no_sanitizer_gate
 from kvdiag.engine.scan.cases import deal, enumerate_cases
 from kvdiag.engine.scan.batch import MAX_PATTERN_BYTES, batch_regex, cases_per_pattern, pattern_cap
 from kvdiag.engine.scan.phases import run_phases

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import ALLOWED, REFUSED
-from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.controls.gate import no_sanitizer_gate
 from kvdiag.engine.scan.phases import entry_kernel_filter, launch_changes, run_phases, why_not_routed
 from kvdiag.engine.scan.route import ROUTE_ROUNDS, route_batch_size
 from kvdiag.records.verdict import Attempt, Evidence, Verdict

@@ -21,7 +21,7 @@ import json
 import pytest
 
 from engine_helpers import ALLOWED, FIXTURES, read_recorded
-from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.controls.gate import no_sanitizer_gate
 from kvdiag.engine.scan.cases import enumerate_cases
 from kvdiag.engine.scan.phases import run_phases
 from kvdiag.records.verdict import Verdict

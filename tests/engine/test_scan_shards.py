@@ -17,7 +17,7 @@ import pytest
 
 from engine_helpers import ALLOWED, fake_gpu
 from kvdiag.cli import main
-from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.controls.gate import no_sanitizer_gate
 from kvdiag.shards import ENGINE_VARIABLES, case_shard
 from test_scan import CRASH, DIVERGING, NOT_SUPPORTED, OK_CASES, scan_entry_body
 

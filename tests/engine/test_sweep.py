@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import kvdiag.engine.sweep.session as sweep_mod
 from kvdiag.commands.sweeps import merge_cmd, sweep_cmd
-from kvdiag.engine.verdict.execute import RunInterrupted
+from kvdiag.errors import RunInterrupted
 from kvdiag.engine.verdict.judge import Gate
 from kvdiag.engine.sweep.session import (
     SWEEP_FILE,

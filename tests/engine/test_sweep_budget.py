@@ -18,8 +18,8 @@ import pytest
 
 import kvdiag.engine.sweep.session as sweep_mod
 from engine_helpers import REPO
-from kvdiag.engine.verdict.budget import BUDGET_FLOOR_S, compiles, step_budget
-from kvdiag.engine.verdict.execute import no_sanitizer_gate
+from kvdiag.engine.verdict.processes import BUDGET_FLOOR_S, compiles, step_budget
+from kvdiag.controls.gate import no_sanitizer_gate
 from kvdiag.engine.sweep.session import run_sweep
 from kvdiag.errors import UsageError
 from kvdiag.store.sweeps import load_sweep

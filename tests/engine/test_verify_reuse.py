@@ -316,7 +316,7 @@ def test_an_interrupted_run_is_refused(p: Project, capsys, monkeypatch):
         calls.append(1)
         attempt = real(*args, **kwargs)
         if len(calls) == 2:
-            raise execute._Interrupted(attempt)
+            raise execute.AttemptInterrupted(attempt)
         return attempt
 
     monkeypatch.setattr(execute, "attempt_step", second_is_interrupted)

@@ -323,12 +323,12 @@ def test_g16_a_full_disk_at_the_end_of_a_run_still_finishes_run_json(kv: Faults,
 
 
 def test_g17_an_error_inside_a_run_finishes_it_failed_with_the_reason(kv: Faults, monkeypatch):
-    import kvdiag.engine.verdict.execute as execute
+    import kvdiag.engine.verdict.plan as plan
 
     def broken(*a, **k):
-        raise execute.UsageError("the planner could not go on")
+        raise plan.UsageError("the planner could not go on")
 
-    monkeypatch.setattr(execute, "judge_applicability", broken)
+    monkeypatch.setattr(plan, "judge_applicability", broken)
     build = kv.build("throws_healthily.sh")
     code, _, err = kv.cli("run", "D12", "--build", build, "--no-staleness")
     assert code == 64 and one_line(err) == "kvdiag: the planner could not go on"

@@ -130,7 +130,7 @@ def test_d5_q8_0_arm_runs_as_the_comparison_of_kvarn5_and_alone_is_a_usage_error
     with `kvdiag run D5` and quotes the seed's kind of figure."""
     import re
 
-    from kvdiag.engine.verdict.execute import pick_step
+    from kvdiag.engine.verdict.plan import pick_step
     from kvdiag.errors import UsageError
 
     entry = entries["D5"]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from kvdiag.engine.verdict.execute import pick_step
+from kvdiag.engine.verdict.plan import pick_step
 from kvdiag.workspace.scratch_build import BuildRecipe
 from kvdiag.errors import UsageError
 from kvdiag.fileio import load_json_file

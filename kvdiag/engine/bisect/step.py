@@ -25,8 +25,11 @@ import traceback
 from pathlib import Path
 
 from kvdiag.engine.bisect.resume import Resumed
-from kvdiag.engine.verdict.execute import RunInterrupted, RunOptions, pick_step, run_entry
-from kvdiag.engine.verdict.gates import controls_gate_provider
+from kvdiag.engine.verdict.execute import run_entry
+from kvdiag.engine.verdict.plan import pick_step
+from kvdiag.engine.verdict.planning import RunOptions
+from kvdiag.engine.verdict.target import controls_gate_provider
+from kvdiag.errors import RunInterrupted
 from kvdiag.workspace.scratch_build import BuildFailed, BuildRecipe, build_tree
 from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.fileio import load_json_file

@@ -27,7 +27,7 @@ from kvdiag.engine.discover.cases import CUT, CaseRecord
 from kvdiag.engine.discover.result import DiscoverResult, build_roots
 from kvdiag.engine.discover.roots import relative_paths
 from kvdiag.engine.discover.space import SuiteSpace, list_suite
-from kvdiag.engine.verdict.gates import controls_gate_provider
+from kvdiag.engine.verdict.target import controls_gate_provider
 from kvdiag.engine.scan.batch import MAX_BATCH, cases_per_pattern
 from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.errors import CaseListingFailed, ScanNotRun

@@ -85,6 +85,12 @@ class LaunchContext:
     per_case: bool = False
 
 
+def launch_context(target, *, per_case: bool) -> LaunchContext:
+    """What the gate reads from the target (engine.verdict.target.Target): its kernel listing and its commit."""
+    git = getattr(target.build, "git", None) if target.build is not None else None
+    return LaunchContext(symbols=target.kernel_symbols, commit=getattr(git, "commit", None), per_case=per_case)
+
+
 def family_patterns(entry: Entry) -> tuple[str, ...]:
     """The kernel regexes of the entry's sanitizer signatures, each once: its kernel family."""
     return tuple(dict.fromkeys(m.kernel for m in entry.signature if m.type == "sanitizer" and m.kernel))

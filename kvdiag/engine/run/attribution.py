@@ -18,7 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from kvdiag.engine.verdict.execute import GateProvider, RunOptions, attempt_step, plan_step
+from kvdiag.controls.gate import GateProvider
+from kvdiag.engine.verdict.attempt import attempt_step
+from kvdiag.engine.verdict.planning import RunOptions, plan_step
 from kvdiag.engine.scan.cases import enumerate_cases, exact_case_regex
 from kvdiag.engine.verdict.target import Target
 from kvdiag.records.verdict import Attempt, Verdict

@@ -3,7 +3,7 @@ out of range, is a usage error (64) instead of being silently ignored."""
 
 from __future__ import annotations
 
-from kvdiag.engine.verdict.execute import pick_step
+from kvdiag.engine.verdict.plan import pick_step
 from kvdiag.errors import UsageError
 
 #: template globals a user may override, with the value kvdiag gives them otherwise

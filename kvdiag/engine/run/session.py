@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kvdiag.engine.run.attribution import attribute_outcome
-from kvdiag.engine.verdict.execute import RunInterrupted, RunOptions, run_entry
-from kvdiag.engine.verdict.gates import controls_gate_provider
+from kvdiag.engine.verdict.execute import run_entry
+from kvdiag.engine.verdict.planning import RunOptions
+from kvdiag.engine.verdict.target import controls_gate_provider
+from kvdiag.errors import RunInterrupted
 from kvdiag.engine.verdict.ranges import look_up_commits
 from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.records.verdict import Outcome

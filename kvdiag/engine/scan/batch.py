@@ -30,14 +30,17 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kvdiag.engine.verdict.devices import describe
-from kvdiag.engine.verdict.execute import GateProvider, RunOptions, gpu_lease, launch_context, plan_step
+from kvdiag.controls.gate import GateProvider
+from kvdiag.engine.evidence.launch_proof import launch_context
+from kvdiag.engine.verdict.devices import gpu_lease
+from kvdiag.engine.verdict.planning import RunOptions, plan_step
 from kvdiag.engine.verdict.launch_program import launch_listed
 from kvdiag.engine.verdict.judge import judge_attempt
 from kvdiag.engine.evidence.observe import observe_segment
 from kvdiag.engine.verdict.planning import TemplateProblem, escape_params
 from kvdiag.engine.verdict.target import Target
 from kvdiag.records.verdict import Attempt, Evidence, Verdict
-from kvdiag.engine.verdict.wrapping import sanitizer_invocation
+from kvdiag.engine.verdict.processes import sanitizer_invocation
 from kvdiag.parse.case_segments import split_cases
 from kvdiag.parse.text import strip_ansi
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
@@ -198,7 +201,7 @@ def not_started(out: BatchOutcome, step: Step, cases: Sequence[tuple[int, str]],
                 options: RunOptions) -> BatchOutcome:
     """A batch whose process could not start: a harness problem, not its cases'. A command line too
     long is cut in two batches; any other exec error would fail each case alone the same way, so it
-    is every case's reason (skipped, as a case alone gets it: engine.verdict.execute), without a process each."""
+    is every case's reason (skipped, as a case alone gets it: engine.verdict.attempt), without a process each."""
     if exc.arguments_too_long and len(cases) > 1:
         half = len(cases) // 2
         out.split = [list(cases[:half]), list(cases[half:])]

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from kvdiag.engine.scan.dispatch import UnitFeed, dispatch
-from kvdiag.engine.verdict.execute import GateProvider, RunOptions, attempt_step
+from kvdiag.controls.gate import GateProvider
+from kvdiag.engine.verdict.attempt import attempt_step
+from kvdiag.engine.verdict.planning import RunOptions
 from kvdiag.engine.verdict.planning import escape_params
 from kvdiag.engine.scan.batch import (
     BatchOutcome,

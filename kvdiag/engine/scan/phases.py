@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from kvdiag.engine.verdict.execute import GateProvider
+from kvdiag.controls.gate import GateProvider
 from kvdiag.engine.evidence.launch_proof import family_patterns
 from kvdiag.engine.scan.cases import CaseSpace, ScanResult, scan, scan_step
 from kvdiag.engine.scan.batch import batchable

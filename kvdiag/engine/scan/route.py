@@ -41,7 +41,10 @@ from typing import Any, Callable, Sequence
 
 from kvdiag.engine.verdict.devices import describe
 from kvdiag.engine.scan.dispatch import dispatch
-from kvdiag.engine.verdict.execute import GateProvider, RunOptions, gpu_lease, launch_context, plan_step
+from kvdiag.controls.gate import GateProvider
+from kvdiag.engine.evidence.launch_proof import launch_context
+from kvdiag.engine.verdict.devices import gpu_lease
+from kvdiag.engine.verdict.planning import RunOptions, plan_step
 from kvdiag.engine.verdict.launch_program import lister_for, program_for, with_lister, with_program
 from kvdiag.engine.evidence.launch_proof import LaunchJudgement, judge_launch
 from kvdiag.engine.verdict.planning import TemplateProblem

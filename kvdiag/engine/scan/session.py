@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag import __version__
-from kvdiag.engine.verdict.case_forms import adapt_entry, case_format_of
-from kvdiag.engine.verdict.gates import controls_gate_provider
+from kvdiag.engine.verdict.plan import adapt_entry, case_format_of
+from kvdiag.engine.verdict.target import controls_gate_provider
 from kvdiag.engine.scan.cases import CaseSpace, ScanResult, enumerate_cases, scan_step
 from kvdiag.engine.scan.phases import entry_kernel_filter, run_phases, why_not_routed
 from kvdiag.engine.evidence.launch_proof import family_patterns

@@ -27,8 +27,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kvdiag import __version__
 from kvdiag.engine.verdict.devices import describe
-from kvdiag.engine.verdict.execute import GateProvider, RunInterrupted, RunOptions, run_entry
-from kvdiag.engine.verdict.gates import controls_gate_provider
+from kvdiag.controls.gate import GateProvider
+from kvdiag.engine.verdict.execute import run_entry
+from kvdiag.engine.verdict.planning import RunOptions
+from kvdiag.engine.verdict.target import controls_gate_provider
+from kvdiag.errors import RunInterrupted
 from kvdiag.engine.verdict.ranges import look_up_commits
 from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.workspace.build import check_build_dir

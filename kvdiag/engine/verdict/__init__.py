@@ -1,25 +1,28 @@
 """The verdict pipeline every verb shares: plan -> attempt -> observe -> judge -> verdict.
 
-``planning`` turns a step into argv (``wrapping`` puts the sanitizer in front, ``launch_program``
-picks the test program), ``execute`` runs an entry's attempts and records them, ``judge`` turns
-one attempt's observations (:mod:`kvdiag.engine.evidence`) into a verdict.  Around them:
-``applicability``/``ranges``/``presence`` (can this build have the defect), ``gates`` (the
-controls a not-reproduced needs), ``arm``/``comparison``/``compile_check`` (other kinds of
-step), ``site_check``, ``target`` (the build, GPU and tools, prepared once), ``budget``, ``devices``.
+``execute.run_entry`` calls the stages in order, each once: ``plan`` (the entry in the build's
+case form, the step, its comparison arm, the run's record, whether it runs at all), then per
+attempt ``attempt`` (``planning``'s argv, ``processes``, :mod:`kvdiag.engine.evidence`'s
+observation, ``judge``), then ``outcome`` (the verdict, its case, comparison, site and range,
+recorded). Around them: ``applicability``/``ranges``/``placement``/``presence`` (can this build have
+the defect), ``arm``, ``comparison``, ``compile_check``, ``launch_program``, ``devices``,
+``site_check``, ``target`` (the build, GPU and tools, and the controls gate, prepared once) and
+``show`` (what `kvdiag show --build` prints).
 """
 
 from kvdiag.lazy_face import lazy_face
 
 _EXPORTS = {
     "run_entry": "execute",
-    "RunOptions": "execute",
     "RunInterrupted": "execute",
-    "plan_step": "execute",
-    "attempt_step": "execute",
+    "RunOptions": "planning",
+    "plan_run": "plan",
+    "plan_step": "planning",
+    "attempt_step": "attempt",
     "judge_attempt": "judge",
     "prepare_target": "target",
     "Target": "target",
-    "controls_gate_provider": "gates",
+    "controls_gate_provider": "target",
 }
 
 __all__, __getattr__, __dir__ = lazy_face(__name__, _EXPORTS)

@@ -24,8 +24,7 @@ import os
 import re
 from typing import Any, Mapping
 
-from kvdiag.engine.verdict.judge import matchers_for
-from kvdiag.registry.entry import Entry, Step
+from kvdiag.registry.entry import Entry, Step, matchers_for
 from kvdiag.workspace.stamps import build_files, describe_stamp, file_stamp
 
 ARM_FORMAT = 1

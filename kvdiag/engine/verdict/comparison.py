@@ -3,7 +3,8 @@
 Some defects are a ratio between two configurations (D5: the host compute buffer
 with a KVarN cache against the same server with q8_0). The verdict is the judged
 step's; the arm runs in the same run folder, so its figure comes from the same
-build, model and machine. It runs at most once: the first time a relative matcher
+build, model and machine. It runs at most once, through the same attempt pipeline
+as the judged step (engine.verdict.attempt): the first time a relative matcher
 (:mod:`kvdiag.engine.evidence.relative`) asks for its figure, while the judged step's first
 attempt is judged, or otherwise after the verdict, when the lines its ``expect``
 patterns match are quoted beside it.
@@ -12,13 +13,17 @@ patterns match are quoted beside it.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from kvdiag.engine.verdict.judge import quote_seen
-from kvdiag.engine.evidence.observe import ArmReading
+from kvdiag.controls.gate import GateProvider
+from kvdiag.engine.evidence.observe import ArmReading, quote_seen
+from kvdiag.engine.verdict.attempt import attempt_step
+from kvdiag.engine.verdict.planning import RunOptions
+from kvdiag.errors import AttemptInterrupted
 from kvdiag.records.verdict import Attempt, Verdict
 from kvdiag.parse.text import strip_ansi
-from kvdiag.registry.entry import Step
+from kvdiag.registry.entry import Entry, Step
 from kvdiag.store.runs import RunDir
 
 # A judged step that ended like this ran nothing worth comparing against.
@@ -27,8 +32,8 @@ NOTHING_TO_COMPARE = (Verdict.SKIPPED, Verdict.NOT_APPLICABLE, Verdict.ERROR)
 # every process of it ended well (a server: answered its requests).
 RAN_AS_EXPECTED = (Verdict.NOT_REPRODUCED,)
 
-# Runs the arm's step once; returns its attempt and whether Ctrl-C cut it short.
-ArmAttempt = Callable[[Step], tuple[Attempt, bool]]
+# Runs the arm's step once and returns its attempt (raising AttemptInterrupted on Ctrl-C).
+ArmAttempt = Callable[[Step], Attempt]
 
 
 class ComparisonArm:
@@ -51,7 +56,10 @@ class ComparisonArm:
     def read(self) -> ArmReading:
         """The arm's output, running it now if it has not run in this run yet."""
         if self._reading is None:
-            attempt, interrupted = self._attempt(self.step)
+            try:
+                attempt, interrupted = self._attempt(self.step), False
+            except AttemptInterrupted as exc:
+                attempt, interrupted = exc.attempt, True
             self._reading = _reading(self.step, attempt, interrupted, self._run_dir)
         return self._reading
 
@@ -66,6 +74,18 @@ class ComparisonArm:
         missing = [f"/{p}/" for p in self.step.expect if not re.search(p, text, re.M)]
         return {"step": self.step.name, "seen": seen, "missing": missing, "exit": reading.exit,
                 "logs": list(reading.logs)}
+
+
+def comparison_arm(entry: Entry, step: Step, target, run_dir: RunDir, options: RunOptions,
+                   gate_provider: GateProvider) -> ComparisonArm | None:
+    """The step's comparison arm, if it has one, on ``target`` (engine.verdict.target.Target); a Ctrl-C during
+    it keeps the judged step's verdict and is recorded (the arm says it was interrupted)."""
+    arm = entry.step(step.compare_with) if step.compare_with else None
+    if arm is None:
+        return None
+    return ComparisonArm(arm, run_dir, lambda arm_step: attempt_step(
+        entry, arm_step, target, run_dir, 1, f"{entry.id} [{arm_step.name}] comparison arm",
+        replace(options, comparison=None), gate_provider))
 
 
 def _reading(arm: Step, attempt: Attempt, interrupted: bool, run_dir: RunDir) -> ArmReading:
@@ -83,16 +103,6 @@ def _reading(arm: Step, attempt: Attempt, interrupted: bool, run_dir: RunDir) ->
         why = f"failed: {failed.get('description') or exit_}" if failed is not None else ""
     return ArmReading(step=arm.name, ran=ran, why=why, streams=streams, exit=exit_, logs=logs,
                       interrupted=interrupted)
-
-
-def describe_comparison(found: Mapping[str, Any]) -> str:
-    """One line for the verdict's reason: the arm's quoted lines, or what it did not print."""
-    text = f"comparison arm {found['step']}: "
-    if found.get("seen"):
-        text += "; ".join(found["seen"])
-    if found.get("missing"):
-        text += ("; " if found.get("seen") else "") + f"{', '.join(found['missing'])} not seen ({found.get('exit')})"
-    return text
 
 
 def _read(run_dir: RunDir, command: Mapping[str, Any], key: str) -> str:

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Callable
 
 from kvdiag.engine.verdict.judge import Gate, judge_attempt
+from kvdiag.engine.verdict.processes import not_run
 from kvdiag.engine.evidence.observe import observe
+from kvdiag.errors import AttemptInterrupted
 from kvdiag.records.verdict import Attempt, Evidence, Verdict
 from kvdiag.parse.compiler import compiler_errors
 from kvdiag.proc.runner import CommandInterrupted
@@ -36,14 +38,6 @@ from kvdiag.registry.entry import Entry, Step
 from kvdiag.workspace.kept_build import SCRATCH_DIR, KeptBuild, KeptBuildKey, compiler_launcher, option_definition
 
 GateFactory = Callable[[Path, dict, str | None, float], Gate]
-
-
-class CompileInterrupted(Exception):
-    """Ctrl-C during a compile step; carries the attempt judged from the partial logs."""
-
-    def __init__(self, attempt: Attempt):
-        super().__init__("interrupted")
-        self.attempt = attempt
 
 
 def step_limit(step: Step, budget_s: float | None) -> float:
@@ -62,20 +56,20 @@ def attempt_compile(entry: Entry, step: Step, build, home: Path, log_dir: Path, 
     """Run one attempt of a compile step against ``build`` (a BuildInfo) and judge it.
 
     ``control(log_dir, defines, launcher, deadline)`` gives the gate for a not-reproduced (default:
-    the compile control). Raises :class:`CompileInterrupted` on Ctrl-C."""
+    the compile control). Raises AttemptInterrupted on Ctrl-C, with the attempt judged from the partial logs."""
     started = time.monotonic()
     limit = step_limit(step, budget_s)
     if build is None or build.source_dir is None or not Path(build.source_dir).is_dir():
-        return _not_run(step, index, Verdict.SKIPPED, "the build's source tree is unknown or absent here (no "
+        return not_run(step, index, Verdict.SKIPPED, "the build's source tree is unknown or absent here (no "
                         "CMAKE_HOME_DIRECTORY in its CMakeCache.txt): a compile step configures that tree")
     source = Path(build.source_dir)
     absent = [s for s in step.sources if not (source / s).is_file()]
     if absent:
-        return _not_run(step, index, Verdict.NOT_APPLICABLE, f"the source tree {source} has no {', '.join(absent)}")
+        return not_run(step, index, Verdict.NOT_APPLICABLE, f"the source tree {source} has no {', '.join(absent)}")
     required = step.required_options(entry.applies.cmake_options)
     for option in required:
         if option_definition(source, option) is None:
-            return _not_run(step, index, Verdict.NOT_APPLICABLE,
+            return not_run(step, index, Verdict.NOT_APPLICABLE,
                             f"no CMakeLists.txt or *.cmake file of {source} defines {option}")
     key = scratch_key(step, build)
     scratch = KeptBuild(home / SCRATCH_DIR, key)
@@ -86,7 +80,7 @@ def attempt_compile(entry: Entry, step: Step, build, home: Path, log_dir: Path, 
                                       on_output=on_output, say=say, cancel=cancel)
     except CommandInterrupted as exc:
         obs = observe(step, [exc.result], [])
-        raise CompileInterrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
+        raise AttemptInterrupted(judge_attempt(entry, obs, Gate(False, "interrupted"), index,
                                                time.monotonic() - started, str(log_dir))) from None
     duration = time.monotonic() - started
     commands = tuple(r.to_dict() for r in run.results)
@@ -125,7 +119,3 @@ def _explained(attempt: Attempt, run, text: str) -> Attempt:
     elif attempt.verdict is Verdict.INCONCLUSIVE and errors and not run.timed_out:
         reason = f"{reason}; first compiler error: {errors[0].raw}"
     return replace(attempt, reason=reason)
-
-
-def _not_run(step: Step, index: int, verdict: Verdict, reason: str) -> Attempt:
-    return Attempt(step=step.name, index=index, verdict=verdict, reason=reason, evidence=Evidence())

@@ -9,10 +9,13 @@ CUDA_VISIBLE_DEVICES is; an index is mapped through the parent's list.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, ContextManager, Mapping, Sequence
 
 from kvdiag.errors import UsageError
+from kvdiag.proc.slots import SlotPool, gpu_slots, scan_slots
+from kvdiag.registry.entry import Entry
 
 
 def visible_value(device: Any, environ: Mapping[str, str] | None = None) -> str:
@@ -28,6 +31,18 @@ def visible_value(device: Any, environ: Mapping[str, str] | None = None) -> str:
 
 def device_key(device: Any) -> str:
     return str(getattr(device, "uuid", None) or f"gpu{device.index}")
+
+
+def gpu_lease(entry: Entry, target: Any, options: Any) -> ContextManager:
+    """A slot of the GPU's pool for GPU work, as the run's options (engine.verdict.planning.RunOptions) ask on
+    the target's GPU or the device they pin; a no-op context for CPU-only entries."""
+    if not entry.requires.gpu:
+        return contextlib.nullcontext()
+    device = options.device or target.first_device
+    known = device.total_memory_bytes if device else None
+    key = target.device_key() if options.device is None else device_key(options.device)
+    pool = SlotPool(key, scan_slots(known) if options.scan_case else gpu_slots(known or 16 << 30))
+    return pool.acquire(options.slots, timeout=None)
 
 
 def describe(device: Any) -> dict[str, Any]:

@@ -9,6 +9,16 @@ numeric comparison is the cost). When the program cannot be made (not a ninja bu
 compiler, the patch does not apply) the user's program runs, listed by kvdiag's CUPTI
 launch lister when it could be built (kvdiag.workspace.launch_lister: loaded by the CUDA
 driver, whatever the program's source), and unlisted otherwise; the run says which.
+
+The CUPTI lister cannot subscribe beside compute-sanitizer: CUPTI answers
+CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED (measured on an H100, compute-sanitizer
+2025.3.1, memcheck and synccheck), and the lister then says nothing, so a sanitized run
+lists no launch. Which kernels a case launches is decided by the host code from its
+shapes, types and GPU, the same with or without a sanitizer (the scan's route phase rests
+on it and checks it, engine.scan.phases.launch_changes). So where the launch probe is not
+in use, a sanitized verdict run is listed by one more run of its commands, bare, under the
+lister (:func:`listed_without_sanitizer`): a second or two for a test-backend-ops case. The
+verdict says so.
 """
 
 from __future__ import annotations
@@ -17,7 +27,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from kvdiag.parse.launches import PROBE_LISTER
+from kvdiag.parse.launches import PROBE_LISTER, confirmed_listing, parse_launches
+from kvdiag.parse.text import strip_ansi
+from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.registry.entry import Step
 
 LAUNCH_ENV = "KVDIAG_PRINT_LAUNCHES"
@@ -85,3 +97,31 @@ def launch_listed(planned) -> str | None:
     from kvdiag.workspace.launch_lister import LISTER_NAME
 
     return LISTER_NAME if planned.env.get(INJECTION_ENV) else PROBE_LISTER
+
+
+def listed_without_sanitizer(obs, planned, target, log_dir: Path, name: str, timeout: float, cancel=None):
+    """``obs`` (the sanitized run's Observations, engine.evidence.observe) with the launches of a bare,
+    listed run of ``planned`` when its own run listed none and the CUPTI lister can list them; ``obs``
+    unchanged otherwise (nothing is run)."""
+    from kvdiag.workspace.launch_lister import LISTER_NAME
+
+    step = obs.step
+    if obs.launch_listed or not step.sanitizer or planned.env.get(LAUNCH_ENV) == "1":
+        return obs
+    library = lister_for(step, target)
+    if library is None:
+        return obs
+    listed = with_lister(planned, library)
+    texts = []
+    for j, command in enumerate(listed.commands):
+        try:
+            result = run_command(tuple(command), timeout=timeout, log_dir=log_dir, name=f"{name}-launches-{j + 1}",
+                                 env_overrides=dict(listed.env), tty=True, cancel=cancel)
+        except (CommandInterrupted, CommandNotFound):
+            return obs
+        texts.append(strip_ansi(result.stdout_text()))
+    text = "".join(texts)
+    if confirmed_listing(LISTER_NAME, text) is None:
+        return obs
+    return replace(obs, launches=parse_launches(text), launch_listed=True,
+                   launch_lister=f"{LISTER_NAME} (the same commands run without {step.sanitizer})")

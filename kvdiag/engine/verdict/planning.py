@@ -1,4 +1,4 @@
-"""Turning a step's argv templates into real argv lists.
+"""What a run asks for (`RunOptions`), and each attempt's plan: a step's argv templates turned into argv lists.
 
 Every argument is its own template and renders to exactly one argv element, so
 nothing is ever re-split or passed through a shell: a params regex full of
@@ -6,6 +6,10 @@ brackets and backslashes reaches the program byte for byte. Undefined variables
 raise (StrictUndefined) instead of rendering as ''. Templates render in the
 registry's sandbox (kvdiag.registry.sandbox): a template that reaches for code is
 a TemplateProblem, never executed — `show` and `run` render through this one path.
+
+`plan_step` is the plan of one attempt: the rendered commands, the program they run
+(the launch probe's test-backend-ops, or the user's listed by the CUPTI lister:
+engine.verdict.launch_program) and the GPU they are pinned to (engine.verdict.devices).
 """
 
 from __future__ import annotations
@@ -13,20 +17,49 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import tempfile
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jinja2
 
-from kvdiag.engine.verdict.launch_program import PROGRAM_NOTE, uses_program
-from kvdiag.engine.verdict.wrapping import wrap_with_sanitizer
+from kvdiag.engine.verdict.devices import visible_value
+from kvdiag.engine.verdict.launch_program import PROGRAM, lister_for, program_for, with_lister, with_program
 from kvdiag.errors import TemplateProblem, UnsafeTemplate
-from kvdiag.proc.sanitizer import find_sanitizer
+from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.registry.sandbox import SecurityError, render_template
-from kvdiag.workspace.build import inspect_build
+from kvdiag.store.runs import RunDir
+
+
+@dataclass
+class RunOptions:
+    """What a run of an entry is asked for, beyond the entry: by `kvdiag run` and every verb that runs one."""
+
+    step: str | None = None
+    runs: int | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    slots: int = 1
+    progress: Progress | None = None
+    cancel: threading.Event | None = None     # set by another thread to stop a scan's workers
+    device: Any = None                        # a GpuDevice to pin the processes to (multi-GPU hosts)
+    # After the verdict: find the case a walk died in without naming it (kvdiag.engine.run.attribution
+    # .attribute_outcome, set by the commands; it sits above this module, so it is handed in).
+    attribute: Callable[..., dict] | None = None
+    step_budget: float | None = None          # seconds a step may run (None: from the step, see engine.verdict.processes)
+    skip_builds: bool = False                 # steps that compile code are skipped (`sweep --skip-builds`)
+    # The judged step's comparison arm, read by relative matchers (set by run_entry, see engine.verdict.comparison).
+    comparison: Callable[[], Any] | None = None
+    scan_case: bool = False                   # one case of `kvdiag scan`: sanitized cases run GPU-only (the
+                                              # launch probe's launch mode) and the launch gate judges per case
+    record: Mapping[str, Any] = field(default_factory=dict)   # more run.json keys (verify names its arm)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the caller's cancel event stopped this run: its commands then ended as on Ctrl-C
+        (returned, not raised, see run_command), and the run is recorded as interrupted like one."""
+        return self.cancel is not None and self.cancel.is_set()
 
 
 @dataclass(frozen=True)
@@ -99,66 +132,24 @@ def escape_params(params: str) -> str:
     return _REGEX_SPECIAL.sub(r"\\\g<0>", params)
 
 
-def _compile_display(step: Step, build) -> str:
-    """A compile step's configure line, and the objects it builds (found by ninja at run time)."""
-    if build.source_dir is None:
-        return "(a compile step needs the build's source tree: none is recorded in its CMakeCache.txt)"
-    from kvdiag.engine.verdict.compile_check import scratch_key
-    from kvdiag.home import kvdiag_home
-    from kvdiag.workspace.kept_build import SCRATCH_DIR, KeptBuild, configure_argv
-
-    scratch = KeptBuild(kvdiag_home() / SCRATCH_DIR, scratch_key(step, build))
-    objects = " ".join(f"<object of {s}>" for s in step.sources)
-    reuse = "  # configured already: reused" if scratch.configured() else ""
-    return (f"{shlex.join(configure_argv(scratch.key, scratch.path))}{reuse}\n    "
-            f"ninja -C {shlex.quote(str(scratch.path))} -k 0 {objects}")
-
-
-def _in_build_format(entry: Entry, build) -> Entry:
-    """The entry's case regexes as `run` renders them for this build (engine.verdict.case_forms)."""
-    from kvdiag.engine.verdict.case_forms import adapt_entry
-    from kvdiag.parse.case_format import CaseFormat
-    from kvdiag.workspace.backend_ops import program_kv_types
-
-    binary = build.binary("test-backend-ops")
-    return adapt_entry(entry, CaseFormat(program_kv_types(binary) if binary is not None else None))
-
-
-def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
-    """What `kvdiag show ID --build DIR` prints: each step's argv against that build."""
-    from kvdiag.engine.verdict.placement import tree_range_evidence
-    from kvdiag.workspace.history import TreeHistory
-
-    with tempfile.TemporaryDirectory(prefix="kvdiag-show-") as tmp:
-        build = inspect_build(build_dir, log_dir=Path(tmp), check_staleness=False)
-        entry = _in_build_format(entry, build)
-        presence = tree_range_evidence(entry, TreeHistory(build.source_dir, Path(tmp)),
-                                       dirty=bool(build.git is not None and build.git.dirty))
-    out = []
-    for step in entry.steps:
-        item: dict[str, Any] = {"step": step.name, "problem": None, "argv": None, "shell": None}
-        needed = step.requires_binaries if step.requires_binaries is not None else entry.requires.binaries
-        missing = [b for b in needed if not build.has_binary(b)]
-        if missing and step.kind not in ("build-check", "compile"):
-            item["problem"] = f"the build has no {', '.join(missing)}"
-        elif step.kind == "build-check":
-            item["shell"] = f"(staleness dry run of {build_dir})"
-        elif step.kind == "compile":
-            item["shell"] = _compile_display(step, build)
-        else:
-            try:
-                ctx = template_context(entry, step, binaries=build.binaries, build_dir=build.build_dir,
-                                       source_dir=build.source_dir, scratch=Path("<run-dir>/scratch"))
-                planned = render_step(step, ctx)
-            except TemplateProblem as exc:
-                item["problem"] = str(exc)
-            else:
-                commands = [wrap_with_sanitizer(step, cmd, Path("<run-dir>/sanitizer.log"), sanitizer=find_sanitizer())
-                            for cmd in planned.commands]
-                item["argv"] = [list(c) for c in commands]
-                env = " ".join(f"{k}={shlex.quote(v)}" for k, v in planned.env.items())
-                item["shell"] = "\n    ".join((env + " " if env else "") + shlex.join(c) for c in commands)
-                if uses_program(step):
-                    item["program_note"] = PROGRAM_NOTE
-        out.append(item)
-    return {"build_dir": str(build_dir), "commands": out, "range": presence.to_dict()}
+def plan_step(entry: Entry, step: Step, target, run_dir: RunDir, options: RunOptions) -> PlannedStep:
+    """One attempt's commands against the target (engine.verdict.target.Target), before any sanitizer is
+    put in front: rendered, run by the probe's program or listed by the CUPTI lister, pinned to the device."""
+    build = target.build
+    binaries = dict(build.binaries) if build else {}
+    program = program_for(step, target)       # the launch probe's build of test-backend-ops, when it exists
+    if program is not None:
+        binaries[PROGRAM] = program
+    context = template_context(
+        entry, step, binaries=binaries, build_dir=build.build_dir if build else None,
+        source_dir=build.source_dir if build else None, scratch=run_dir.scratch, overrides=options.overrides)
+    planned = render_step(step, context)
+    if program is not None:
+        planned = with_program(planned, program, launch_mode=options.scan_case and bool(step.sanitizer))
+    elif not step.sanitizer and (library := lister_for(step, target)) is not None:
+        # the probe did not apply to this tree: list through CUPTI (which cannot subscribe beside
+        # compute-sanitizer, so a sanitized step is listed by a scan's route phase instead)
+        planned = with_lister(planned, library)
+    if options.device is not None:
+        planned = replace(planned, env={**planned.env, "CUDA_VISIBLE_DEVICES": visible_value(options.device)})
+    return planned

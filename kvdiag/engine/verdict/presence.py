@@ -32,14 +32,27 @@ launched stays inconclusive.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from kvdiag.records.ranges import RangeEvidence
-from kvdiag.records.verdict import Verdict
+from kvdiag.records.verdict import Attempt, Verdict
 from kvdiag.registry.entry import Entry, Step
 
-__all__ = ["PRESENT_UNEXERCISED", "after_running", "before_running", "exercise_hint", "refused_everywhere",
-           "unexercised", "unlisted", "with_range"]
+__all__ = ["PRESENT_UNEXERCISED", "after_running", "before_running", "built_without", "exercise_hint",
+           "refused_everywhere", "unexercised", "unlisted", "unreached", "with_range"]
 
 PRESENT_UNEXERCISED = "present by range, not exercised by this build's tests"
+
+
+def unreached(entry: Entry, step: Step, why: str, presence: RangeEvidence | None, *, refused: bool = False,
+              none_listed: bool = False) -> tuple[Verdict, str]:
+    """The verdict of a walk that reached too few matching cases (``why``): every one ``refused`` by the
+    backend, ``none_listed`` at all (the program printed no matching case), or too few run."""
+    if refused:
+        return refused_everywhere(why, presence)
+    if none_listed and step.absent_when_unlisted:
+        return unlisted(step, why, presence)
+    return unexercised(entry, step, why, presence)
 
 
 def unexercised(entry: Entry, step: Step, why: str, presence: RangeEvidence | None) -> tuple[Verdict, str]:
@@ -130,3 +143,11 @@ def after_running(verdict: Verdict, reason: str, warnings: list[str], presence: 
         warnings.append(f"the signature matched although the range says {presence.summary}: the entry's range, "
                         f"or this tree's history, is wrong")
     return verdict, reason, warnings
+
+
+def built_without(attempts: Sequence[Attempt]) -> bool:
+    """Every not-applicable attempt rests on the launch-proof gate: the build compiled no kernel the
+    entry is about (engine.verdict.judge rule 9), build evidence that holds inside an affected range too
+    (``after_running``'s ``built_without``)."""
+    refused = [a for a in attempts if a.verdict is Verdict.NOT_APPLICABLE]
+    return bool(refused) and all(a.evidence.launch_proof for a in refused)

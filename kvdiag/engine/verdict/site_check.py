@@ -78,3 +78,27 @@ def place_in_tree(entry: Entry, tree: Tree) -> dict[str, Any] | None:
     if not specs:
         return None
     return {"printed": [], "registry": [_placed(s, tree.place(s)) for s in specs], "agrees": None}
+
+
+def site_notes(entry: Entry, target, attempts: Sequence[Attempt], verdict: Verdict, *,
+               scan_case: bool = False) -> tuple[list[str], dict[str, Any] | None]:
+    """The notes and the site record of an outcome on ``target`` (engine.verdict.target.Target): a
+    confirmation's (compared with what the detector printed), else the site placed by its context alone
+    (:func:`place_in_tree`), as `registry verify` places it; nothing for a scan's case (the scan places
+    nothing per case)."""
+    if verdict is Verdict.CONFIRMED:
+        return confirmed_notes(entry, target, attempts)
+    if scan_case:
+        return [], None
+    return [], place_in_tree(entry, Tree.from_build_info(target.build) if target.build is not None else Tree(None))
+
+
+def confirmed_notes(entry: Entry, target, attempts: Sequence[Attempt]) -> tuple[list[str], dict[str, Any] | None]:
+    """A confirmation's notes: sites printed without file:line, and whether the printed site is the
+    registry's site for this tree (its placement is returned for the outcome)."""
+    notes = []
+    if any(a.evidence.sites and all(s.get("file") is None for s in a.evidence.sites) for a in attempts):
+        notes.append("sites lack file:line (no -lineinfo): confirmed on kind and kernel only")
+    tree = Tree.from_build_info(target.build) if target.build is not None else Tree(None)
+    site, note = check_site(entry, tree, attempts)
+    return notes + ([note] if note else []), site

@@ -37,8 +37,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kvdiag.engine.verdict.arm import arm_record
-from kvdiag.engine.verdict.execute import RunInterrupted, RunOptions, pick_step, run_entry
-from kvdiag.engine.verdict.gates import controls_gate_provider
+from kvdiag.engine.verdict.execute import run_entry
+from kvdiag.engine.verdict.plan import pick_step
+from kvdiag.engine.verdict.planning import RunOptions
+from kvdiag.engine.verdict.target import controls_gate_provider
+from kvdiag.errors import RunInterrupted
 from kvdiag.engine.verify.numeric import NUMERIC_STEP, NumericResult, numeric_step, run_numeric
 from kvdiag.workspace.scratch_build import BuildRecipe, BuildTimes, build_tree
 from kvdiag.engine.verify.reuse import LATEST, ReusedRun, reuse_before

@@ -12,7 +12,9 @@ import signal
 import sys
 from pathlib import Path
 
-from kvdiag.engine.verdict.execute import RunInterrupted, RunOptions, run_entry
+from kvdiag.engine.verdict.execute import run_entry
+from kvdiag.engine.verdict.planning import RunOptions
+from kvdiag.errors import RunInterrupted
 from kvdiag.engine.verdict.judge import Gate
 from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.registry.loader import load_registry

@@ -47,7 +47,7 @@ def on_case(params, attempt):
 
 if sys.argv[8:] == ["overlap"]:
     import kvdiag.engine.scan.overlap as scan_overlap
-    from kvdiag.engine.verdict.execute import no_sanitizer_gate
+    from kvdiag.controls.gate import no_sanitizer_gate
     from kvdiag.engine.scan.phases import run_phases
     from kvdiag.probes.program_rebuild import ProbeProgram
 
