@@ -175,7 +175,8 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
     if build_dir is not None and not build_dir.is_dir():
         raise UsageError(f"--build {build_dir} is not a folder")
     entries = [ctx.registry.get(i) for i in ids] if ids else list(ctx.registry.entries)
-    outside = _outside_ranges(entries, source)
+    from kvdiag.commands.verify_ranges import outside_ranges
+    outside = outside_ranges(entries, source)
     reports = verify_entries(entries, Tree.open(source, build_dir, commit=commit), outside)
     mismatches = [m for r in reports for m in r.mismatches]
     if fmt == "json":
@@ -199,22 +200,6 @@ def registry_verify(ctx: Context, source: Path, build_dir: Path | None, commit: 
                    err=bool(mismatches))
     _report_problems(ctx.registry)
     return int(ExitCode.DATA) if mismatches or ctx.registry.problems else 0
-
-
-def _outside_ranges(entries, source: Path) -> dict[str, str]:
-    """Why each entry's ranges place the tree outside (before its code, or past the fix that removed
-    it), as a run judges them: by git, or by placement for a tree without a usable history."""
-    import tempfile
-
-    from kvdiag.engine.verdict.placement import tree_range_evidence
-    from kvdiag.workspace.history import TreeHistory
-
-    with tempfile.TemporaryDirectory(prefix="kvdiag-verify-") as tmp:
-        history = TreeHistory(source, Path(tmp))
-        said = {entry.id: tree_range_evidence(entry, history) for entry in entries}
-    # only the entry's own range for this tree's repository: "the entry records the defect only in
-    # another repository" says nothing of where this tree's code should be
-    return {i: ev.summary for i, ev in said.items() if ev.says_absent and ev.findings}
 
 
 @registry_group.command("export")

@@ -127,6 +127,9 @@ class Entry:
     radius: tuple[Mapping[str, Any], ...] = ()       # measured blast radii, one per tree (registry.radius)
     drift: DriftSpec | None = None
     probes: tuple[Mapping[str, str], ...] = ()
+    # the sanitizer signatures of the entries named in `related`, by id (registry.loader fills them):
+    # their findings in this entry's runs are set apart, not a different finding (parse.set_apart)
+    neighbours: tuple[tuple[str, tuple[Matcher, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         # A table given as written (a mapping) becomes its typed section, whoever built the entry.

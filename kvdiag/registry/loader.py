@@ -6,6 +6,8 @@ entries and the problems of the bad ones, so `kvdiag list` still lists the rest.
 
 from __future__ import annotations
 
+import dataclasses
+
 import difflib
 import os
 from dataclasses import dataclass
@@ -171,4 +173,16 @@ def load_registry(root: Path | None = None, *, refuse_duplicates: bool = True) -
         _refuse_duplicates(root, raws)
     problems.extend(lint_registry_wide(raws))
     entries.sort(key=lambda e: e.number)
-    return Registry(entries=tuple(entries), problems=tuple(problems), root=root)
+    return Registry(entries=tuple(with_neighbours(entries)), problems=tuple(problems), root=root)
+
+
+def with_neighbours(entries: list[Entry]) -> list[Entry]:
+    """Each entry with the sanitizer signatures of the entries it names as related (Entry.neighbours)."""
+    by_id = {e.id: e for e in entries}
+    out = []
+    for entry in entries:
+        found = tuple((rid, tuple(m for m in by_id[rid].signature if m.type == "sanitizer"))
+                      for rid in entry.related if rid in by_id)
+        found = tuple((rid, ms) for rid, ms in found if ms)
+        out.append(dataclasses.replace(entry, neighbours=found) if found else entry)
+    return out

@@ -74,7 +74,9 @@ DEFECT = Section(
         "modified": Key("date", required=True, doc="When this entry last changed."),
         "aliases": Key("list[str]", doc="Ids of the same defect in advisory databases (CVE-…, GHSA-…); "
                                          "upstream issues and pull requests go in [[references]]."),
-        "related": Key("list[str]", doc="Other registry ids; relation only, never causality."),
+        "related": Key("list[str]", doc="Other registry ids; relation only, never causality. A related "
+                                         "entry's sanitizer findings in this entry's runs are set apart, "
+                                         "not a different finding."),
         "source": _s("Where the entry comes from (a seed document, a run)."),
     },
 )

@@ -38,8 +38,9 @@ TREES = {
                       "D1=N D2=C D3=A D4=A D5=A D6=N D7=A D8=A D9=A D10=A D11=N D12=N D13=N D14=N D15=N D16=N"),
 }
 # The inconclusives the sweeps gave that later changes settle (each has its own test below):
-# D12's first probe needed --test-file, which these trees' test-backend-ops lacks; D15 on b6100
-# printed only the races of another kernel, which became D17.
+# D12's first probe needed --test-file, which these trees' test-backend-ops lacks (the probe now throws
+# from the params filter: tested on a CPU build, not yet on the device); D15 on b6100 printed only the
+# races of another kernel, which became D17 and is set apart (judged again from the same logs below).
 SETTLED_SINCE = {("llama-b6100", "D12"), ("ggml-v0.9.4", "D12"), ("ggml-v0.9.7", "D12"), ("llama-b6100", "D15")}
 
 
@@ -211,12 +212,36 @@ def test_d17_is_not_reproduced_past_the_fix_with_the_group_kernel_launched(regis
     assert not any(s["kernel"] == "ssm_scan_f32_group" for s in attempt.evidence.sites)
 
 
-def test_d15_on_b6100_saw_only_the_group_kernels_race(registry, homes):
-    """What the sweep said, judged again: D15's own kernel was launched and clean; the findings are all
-    in ssm_scan_f32_group, D17's."""
+def test_d15_on_b6100_is_not_reproduced_setting_d17s_race_apart(registry, homes):
+    """The sweep said inconclusive ("a different sanitizer finding: 6 error(s) at ssm-scan.cu:178"). D15's
+    own kernel was launched and printed nothing; all six findings are D17's signature, an entry D15 names
+    as related, so they are set apart and named, and the verdict is D15's."""
     attempt = rejudged(registry, homes, "llama-b6100", "D15")
+    assert attempt.verdict is Verdict.NOT_REPRODUCED, attempt.reason
+    assert attempt.reason.startswith("3 matching case(s) executed (1 OK, 2 FAIL); the signature did not match; "
+                                     "the other findings: 6 of D17's signature (ssm-scan.cu:178); ")
+    assert attempt.reason.endswith("launched under racecheck: ssm_scan_f32<128, 16>")
     assert {s["kernel"] for s in attempt.evidence.sites} == {"ssm_scan_f32_group"}
-    assert "ssm_scan_f32<128, 16>" in attempt.evidence.launched
+
+
+@pytest.mark.parametrize("tree", ["ggml-v0.9.7", "llama-b9000"])
+def test_d17_past_its_fix_sets_d15s_race_and_cubs_warnings_apart(registry, homes, tree):
+    attempt = rejudged(registry, homes, tree, "D17")
+    assert ("the other findings: 2 of D15's signature (ssm-scan.cu:79, ssm-scan.cu:78), 16 racecheck warning(s)"
+            in attempt.reason)
+
+
+def test_without_the_relation_the_same_logs_stay_inconclusive(registry, homes):
+    """The sweep's verdict, from the same logs: an entry that names no related entry cannot set them apart."""
+    from dataclasses import replace as replaced
+
+    class Alone:
+        def get(self, entry_id):
+            return replaced(registry.get(entry_id), neighbours=())
+
+    attempt = rejudged(Alone(), homes, "llama-b6100", "D15")
+    assert attempt.verdict is Verdict.INCONCLUSIVE
+    assert attempt.reason == "a different sanitizer finding: 6 error(s) at ssm-scan.cu:178, ssm-scan.cu:178"
 
 
 # ------------------------------------------------------------------ D12's probes

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kvdiag.engine.evidence.observe import Observations
+from kvdiag.parse.set_apart import finding_matches
 from kvdiag.engine.evidence.relative import judge_relative
 from kvdiag.registry.entry import Matcher
 
@@ -46,10 +47,7 @@ def _sanitizer(m: Matcher, obs: Observations) -> Match:
         return Match(m, False, detail=f"the report is from {report.tool}, not {m.tool}")
     # Without -lineinfo the tool prints no file:line; the site cannot be checked
     # then, and the match rests on kind and kernel (the judge warns about it).
-    hits = [f for f in report.findings
-            if (not m.kind or f.kind == m.kind)
-            and (f.file is None or _search(m.site, f"{f.file}:{f.line}"))
-            and _search(m.kernel, f.kernel_name)]
+    hits = [f for f in report.findings if finding_matches(m, f)]
     need = int(m.min_count)
     if len(hits) < need:
         return Match(m, False, detail=f"{len(hits)} matching finding(s) printed, {need} needed", count=len(hits))

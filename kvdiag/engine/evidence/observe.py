@@ -21,6 +21,7 @@ from kvdiag.parse.case_segments import CaseSegment, CaseSplit, segment_text
 from kvdiag.parse.launches import Launch, confirmed_listing, parse_launches
 from kvdiag.parse.sanitizer import MARKER, SanitizerReport, fold_sites, instantiations, parse_sanitizer, site_label
 from kvdiag.parse.text import cut_long_lines, strip_ansi
+from kvdiag.parse.set_apart import set_apart
 from kvdiag.proc.limit import bounded
 from kvdiag.proc.sanitizer import SANITIZER_ERROR_EXITCODE
 from kvdiag.records.verdict import Evidence
@@ -72,6 +73,8 @@ class Observations:
     tail_only: int | None = None             # only this many characters at each stream's end were judged
     tail_why: str = "after the interruption"
     launch_lister: str | None = None         # which lister printed them: "launch probe" | "CUPTI injection"
+    # the related entries' sanitizer signatures (Entry.neighbours): their findings are set apart
+    neighbours: tuple = ()
 
     @property
     def last(self):
@@ -244,7 +247,9 @@ def _quiet_walk(obs: Observations) -> bool:
 
 
 def abnormal(obs: Observations) -> str | None:
-    """A failure that is not the signature: a different abort, exit or finding."""
+    """A failure that is not the signature: a different abort, exit or finding. Findings of a related
+    entry's signature (``obs.neighbours``) and racecheck warnings are not different
+    (parse.set_apart); the sanitizer's error exit for them is not a failure either."""
     step = obs.step
     last = obs.last
     if step.expect:
@@ -254,13 +259,14 @@ def abnormal(obs: Observations) -> str | None:
         unseen = ", ".join(f"/{p}/" for p in missing)
         return f"the path did not run as expected: {unseen} not seen ({last.describe() if last else 'nothing ran'})"
     report = obs.sanitizer
-    if report is not None and (report.findings or report.error_count):
+    apart = set_apart(report, obs.neighbours) if report is not None else None
+    if report is not None and (report.findings or report.error_count) and apart.different:
         sites = ", ".join(site_label(s) for s in report.sites[:3])
         return f"a different sanitizer finding: {report.error_count or report.printed_count} error(s) at {sites}"
     failing = next((r for r in obs.results if not r.ok), None)
     if failing is None:
         return None
-    if report is not None and failing.returncode == SANITIZER_ERROR_EXITCODE and not report.findings:
+    if report is not None and failing.returncode == SANITIZER_ERROR_EXITCODE and not apart.rest:
         return None
     running = running_case(obs)
     abort = obs.aborts[0].message if obs.aborts else None
@@ -270,6 +276,11 @@ def abnormal(obs: Observations) -> str | None:
     if running:
         text += f" while running {running}"
     return text
+
+
+def set_apart_note(obs: Observations) -> str:
+    """What a not-reproduced verdict set apart of the sanitizer's findings, or ``""``."""
+    return set_apart(obs.sanitizer, obs.neighbours).note() if obs.sanitizer is not None else ""
 
 
 def what_ran(obs: Observations) -> str:

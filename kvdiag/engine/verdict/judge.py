@@ -14,6 +14,8 @@
    whose defect is one of its cases (``absent_when_unlisted``) → not-applicable, quoting why;
 5. the path did not run as a healthy build runs it (`expect` not seen, a different
    abort, an unexpected exit, other sanitizer findings) → inconclusive, showing what happened;
+   a finding of a related entry's signature, or a racecheck warning, is not a different one
+   (parse.set_apart): a not-reproduced then names what it set apart;
 6. a relative matcher could not compare (a figure missing in the step or its comparison
    arm) → inconclusive, saying which arm lacked what;
 7. the detector's control has not passed on this machine → inconclusive;
@@ -35,7 +37,8 @@ from kvdiag.controls.gate import Gate
 from kvdiag.engine.evidence.launch_proof import LaunchContext, judge_launch
 from kvdiag.engine.evidence.matchers import UNDETERMINED, Match, match
 from kvdiag.engine.evidence.observe import (ArmReading, Observations, abnormal, log_cut, observed_evidence,
-                                            running_case, sanitizer_problem, unreached_cases, what_ran)
+                                            running_case, sanitizer_problem, set_apart_note, unreached_cases,
+                                            what_ran)
 from kvdiag.engine.verdict.presence import unreached, with_range
 from kvdiag.records.verdict import Attempt, Verdict
 from kvdiag.parse.launches import distinct_kernels
@@ -54,6 +57,8 @@ def judge_attempt(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gat
     ``comparison`` reads the step's comparison arm (running it the first time) for relative matchers."""
     if comparison is not None:
         obs = replace(obs, comparison=comparison)
+    if entry.neighbours:      # the related entries' signatures: data the rules read from the observations
+        obs = replace(obs, neighbours=entry.neighbours)
     verdict, reason, matches = _decide(entry, obs, gate, presence)
     evidence = replace(observed_evidence(obs), quoted=tuple(q for m in matches if m.matched for q in m.quoted),
                        matched=tuple(m.matcher.describe() for m in matches if m.matched),
@@ -131,4 +136,7 @@ def _decide(entry: Entry, obs: Observations, gate: Gate | Callable[[], Gate],
     if not gate.allowed:
         return ruled(Verdict.INCONCLUSIVE, f"the signature did not match, but {gate.reason}")
     measured = "".join(f" ({m.detail})" for m in matches if m.matcher.type == "relative")
-    return ruled(Verdict.NOT_REPRODUCED, f"{what_ran(obs)}; the signature did not match{measured}; {gate.reason}")
+    apart = set_apart_note(obs)
+    apart = f"; {apart}" if apart else ""
+    return ruled(Verdict.NOT_REPRODUCED,
+                 f"{what_ran(obs)}; the signature did not match{measured}{apart}; {gate.reason}")
