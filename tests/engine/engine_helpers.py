@@ -332,3 +332,28 @@ def judge_d5_servers(kvarn5_log: str, q8_0_log: str):
                      streams={"combined": q8_0_log, "stderr": q8_0_log, "stdout": ""})
     obs = observe(d5.default_step, [Printed(kvarn5_log)], [])
     return judge_attempt(d5, obs, Gate(True, "no sanitizer involved"), 1, 0.0, comparison=lambda: arm)
+
+
+def recorded_command(logs: Path, name: str, combined: Path | None = None):
+    """A device run's command as the runner left it: its ``<name>.cmd.json`` result and its logs
+    (``combined``: a combined log written for a run on a terminal, which kept none)."""
+    from datetime import datetime, timezone
+
+    from kvdiag.proc.runner import CommandResult
+
+    result = json.loads((logs / f"{name}.cmd.json").read_text())["result"]
+    return CommandResult(argv=tuple(result["argv"]), returncode=result["returncode"], signal=result["signal"],
+                         timed_out=False, interrupted=False, duration_s=result["duration_s"], log_dir=logs,
+                         stdout_path=logs / f"{name}.stdout.log", stderr_path=logs / f"{name}.stderr.log",
+                         combined_path=combined or logs / f"{name}.combined.log",
+                         started_at=datetime(2026, 12, 6, tzinfo=timezone.utc).isoformat())
+
+
+def unpacked_store(tmp_path_factory, archive: Path) -> Path:
+    """A recorded session's run store (a .tar.gz or .tar.xz of its run folders), unpacked once per module."""
+    import tarfile
+
+    root = tmp_path_factory.mktemp(archive.parent.name)
+    with tarfile.open(archive) as opened:
+        opened.extractall(root, filter="data")
+    return root

@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from engine_helpers import FIXTURES
+from engine_helpers import FIXTURES, recorded_command, unpacked_store
 from kvdiag.controls.gate import Gate
 from kvdiag.engine.verdict.judge import judge_attempt
 from kvdiag.engine.evidence.launch_proof import LaunchContext
 from kvdiag.engine.evidence.observe import observe
 from kvdiag.records.verdict import Attempt, Verdict
 from kvdiag.parse.sanitizer import parse_sanitizer
-from kvdiag.proc.runner import CommandResult
 from kvdiag.registry.loader import load_registry
 from kvdiag.workspace.kernel_symbols import KernelSymbols
 
@@ -52,27 +49,19 @@ def registry():
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("h100-session15")
-    with tarfile.open(SESSION / "store.tar.gz") as archive:
-        archive.extractall(root, filter="data")
-    return root / "runs"
+    return unpacked_store(tmp_path_factory, SESSION / "store.tar.gz") / "runs"
 
 
 def run_json(runs: Path, run_id: str) -> dict:
     return json.loads((runs / run_id / "run.json").read_text())
 
 
-def recorded_result(logs: Path) -> CommandResult:
+def recorded_result(logs: Path):
     """The recorded process as the runner left it: its stdout and stderr logs (run on a terminal, so
     no combined log was written; combined is the two together)."""
     combined = logs / "recorded.combined.log"
     combined.write_text((logs / "fast-1.stdout.log").read_text() + (logs / "fast-1.stderr.log").read_text())
-    result = json.loads((logs / "fast-1.cmd.json").read_text())["result"]
-    return CommandResult(argv=tuple(result["argv"]), returncode=result["returncode"], signal=result["signal"],
-                         timed_out=False, interrupted=False, duration_s=result["duration_s"], log_dir=logs,
-                         stdout_path=logs / "fast-1.stdout.log", stderr_path=logs / "fast-1.stderr.log",
-                         combined_path=combined,
-                         started_at=datetime(2026, 12, 6, tzinfo=timezone.utc).isoformat())
+    return recorded_command(logs, "fast-1", combined)
 
 
 def new_tree_symbols(launched: list[str]) -> KernelSymbols:

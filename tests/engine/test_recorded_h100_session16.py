@@ -9,16 +9,23 @@ logs of every run are in store.tar.xz.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
 
 import pytest
 
-from engine_helpers import FIXTURES
-from kvdiag.store.sweeps import Sweep
+from engine_helpers import FIXTURES, recorded_command, unpacked_store
+from kvdiag.controls.gate import Gate
+from kvdiag.engine.evidence.launch_proof import LaunchContext
+from kvdiag.engine.evidence.observe import observe
+from kvdiag.engine.verdict.judge import judge_attempt
+from kvdiag.parse.launches import parse_launches
 from kvdiag.records.verdict import Verdict
+from kvdiag.registry.loader import load_registry
 from kvdiag.report.formats import key_evidence
+from kvdiag.store.sweeps import Sweep
 
 SESSION = FIXTURES / "device" / "h100-session16"
 CODES = {"C": "confirmed", "N": "not-reproduced", "A": "not-applicable", "S": "skipped", "I": "inconclusive"}
@@ -127,33 +134,18 @@ def test_the_table_names_the_matching_site_of_d15_not_cubs_warnings():
 
 # ------------------------------------------------------------------ the raw logs, judged again
 
-import dataclasses  # noqa: E402
-import tarfile  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
-
-from kvdiag.controls.gate import Gate  # noqa: E402
-from kvdiag.engine.evidence.launch_proof import LaunchContext  # noqa: E402
-from kvdiag.engine.evidence.observe import observe  # noqa: E402
-from kvdiag.engine.verdict.judge import judge_attempt  # noqa: E402
-from kvdiag.parse.launches import parse_launches  # noqa: E402
-from kvdiag.proc.runner import CommandResult  # noqa: E402
-from kvdiag.registry.loader import load_registry  # noqa: E402
-
 CONTROL = "racecheck control passed on this machine on 2026-12-06 (launcher cupy)"
 INSIDE_D17, PAST_D17 = ("llama-b6100", "ggml-v0.9.4"), ("ggml-v0.9.7", "llama-b9000", "ggml-v0.18.0", "ggml-d99724f2")
 
 
 @pytest.fixture(scope="module")
 def registry():
-    return load_registry(Path(__file__).resolve().parents[2] / "registry")
+    return load_registry(None)
 
 
 @pytest.fixture(scope="module")
 def homes(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("h100-session16")
-    with tarfile.open(SESSION / "store.tar.xz") as archive:
-        archive.extractall(root, filter="data")
-    return root
+    return unpacked_store(tmp_path_factory, SESSION / "store.tar.xz")
 
 
 def run_dir(homes: Path, tree: str, entry_id: str) -> Path:
@@ -161,20 +153,11 @@ def run_dir(homes: Path, tree: str, entry_id: str) -> Path:
     return found
 
 
-def recorded(logs: Path, name: str) -> CommandResult:
-    result = json.loads((logs / f"{name}.cmd.json").read_text())["result"]
-    return CommandResult(argv=tuple(result["argv"]), returncode=result["returncode"], signal=result["signal"],
-                         timed_out=False, interrupted=False, duration_s=result["duration_s"], log_dir=logs,
-                         stdout_path=logs / f"{name}.stdout.log", stderr_path=logs / f"{name}.stderr.log",
-                         combined_path=logs / f"{name}.combined.log",
-                         started_at=datetime(2026, 12, 6, tzinfo=timezone.utc).isoformat())
-
-
 def rejudged(registry, homes: Path, tree: str, entry_id: str, ran_as: str = "D15"):
     """The sanitized run of ``ran_as``'s fast step on ``tree``, judged by ``entry_id``: its launches as the
     bare CUPTI or probe listing gave them, the control the sweep passed, no symbol listing (kept out)."""
     entry, logs = registry.get(entry_id), run_dir(homes, tree, ran_as) / "logs"
-    obs = observe(entry.default_step, [recorded(logs, "fast-1")], [logs / "fast-1.sanitizer.log"])
+    obs = observe(entry.default_step, [recorded_command(logs, "fast-1")], [logs / "fast-1.sanitizer.log"])
     bare = logs / "fast-1-launches-1.stdout.log"
     text = bare.read_text() if bare.is_file() else (logs / "fast-1.stdout.log").read_text()
     obs = dataclasses.replace(obs, launches=parse_launches(text), launch_listed=True,
@@ -200,7 +183,7 @@ def test_d17_is_confirmed_inside_its_range_quoting_the_group_kernels_race(regist
     quoted = "\n".join(attempt.evidence.quoted)
     assert "ssm_scan_f32_group<(int)16, (int)128>" in quoted
     read, write = {"llama-b6100": ("178", "148"), "ggml-v0.9.4": ("208", "178")}[tree]
-    assert f"Read access at" in quoted and f"ssm-scan.cu:{read}" in quoted and f"ssm-scan.cu:{write}" in quoted
+    assert "Read access at" in quoted and f"ssm-scan.cu:{read}" in quoted and f"ssm-scan.cu:{write}" in quoted
     assert attempt.evidence.cases_failed >= 2        # both Mamba-2 cases FAILed their numeric check
 
 
@@ -252,7 +235,7 @@ def test_d12s_first_probe_proved_nothing_on_the_oldest_trees(registry, homes):
         logs = run_dir(homes, tree, "D12") / "logs"
         assert "--test-file" in json.loads((logs / "throw-probe-1.cmd.json").read_text())["result"]["argv"]
         assert (logs / "throw-probe-1.stdout.log").read_text().startswith("Usage: ")
-        obs = observe(registry.get("D12").default_step, [recorded(logs, "throw-probe-1")], [])
+        obs = observe(registry.get("D12").default_step, [recorded_command(logs, "throw-probe-1")], [])
         attempt = judge_attempt(registry.get("D12"), obs, Gate(True, "no sanitizer"), 1, 1.0)
         assert attempt.verdict is Verdict.INCONCLUSIVE
         assert attempt.reason == r"the path did not run as expected: /what\(\):\s+\S/ not seen (exit 1)"
