@@ -241,13 +241,25 @@ def test_d12s_first_probe_proved_nothing_on_the_oldest_trees(registry, homes):
         assert attempt.reason == r"the path did not run as expected: /what\(\):\s+\S/ not seen (exit 1)"
 
 
-def test_d12s_probe_throws_from_the_params_filter_on_a_tree_without_test_file(registry):
-    """The current probe on ggml v0.9.4 built for the CPU (tests/fixtures/device/cpu-ggml-v0.9.4-d12): the
-    filter `(` makes std::regex throw, nothing catches it, SIGABRT: not-reproduced."""
-    logs = FIXTURES / "device" / "cpu-ggml-v0.9.4-d12"
-    run = json.loads((logs / "run.json").read_text())
-    assert run["outcome"]["verdict"] == "not-reproduced"
+@pytest.mark.parametrize("tree", ["v0.9.4", "d99724f2"])
+def test_d12s_probe_throws_from_the_params_filter_old_tree_and_new(registry, tree, tmp_path):
+    """The current probe on ggml v0.9.4, which has no --test-file, and on d99724f2, built for the CPU
+    (tests/fixtures/device/cpu-d12-params-probe): the filter `(` makes std::regex throw, nothing catches
+    it, SIGABRT: not-reproduced, the record's verdict and the engine's on the logs again."""
+    logs = FIXTURES / "device" / "cpu-d12-params-probe" / tree
+    assert json.loads((logs / "run.json").read_text())["outcome"]["verdict"] == "not-reproduced"
     result = json.loads((logs / "throw-probe-1.cmd.json").read_text())["result"]
     assert result["argv"][-5:] == ["test", "-b", "CPU", "-p", "("] and result["signal"] == 6
     assert "what():  Mismatched '(' and ')' in regular expression" in (logs / "throw-probe-1.stderr.log").read_text()
+    combined = tmp_path / "throw-probe-1.combined.log"
+    combined.write_text((logs / "throw-probe-1.stdout.log").read_text() + (logs / "throw-probe-1.stderr.log").read_text())
+    obs = observe(registry.get("D12").default_step, [recorded_command(logs, "throw-probe-1", combined)], [])
+    attempt = judge_attempt(registry.get("D12"), obs, Gate(True, "no sanitizer"), 1, 1.0)
+    assert attempt.verdict is Verdict.NOT_REPRODUCED, attempt.reason
+    assert attempt.reason.startswith("the expected path ran (seen: \"what():  Mismatched '(' and ')' in regular "
+                                     "expression\"; killed by SIGABRT (6))")
+
+
+def test_the_old_probe_on_the_same_v094_build_printed_its_usage():
+    logs = FIXTURES / "device" / "cpu-d12-params-probe" / "v0.9.4"
     assert (logs / "test-file-probe.combined.log").read_text().startswith("Usage: ")
