@@ -107,7 +107,8 @@ def _site_facts(entry: Entry, tree: Tree, report: "EntryFacts") -> Iterable[tupl
             yield key, Answer(FOUND, f"{placement.at} ({placement.how})")
             continue
         recorded = f" (recorded: {spec.recorded()})" if spec.at and placement.state != sites.CONFLICT else ""
-        yield key, Answer(ABSENT, f"{spec.file}: {spec.describe()}: {placement.detail}{recorded}")
+        where = placement.file or spec.file      # as this tree names it (either layout), when it has the file
+        yield key, Answer(ABSENT, f"{where}: {spec.describe()}: {placement.detail}{recorded}")
 
 
 @dataclass(frozen=True)
