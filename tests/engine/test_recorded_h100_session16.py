@@ -263,3 +263,22 @@ def test_d12s_probe_throws_from_the_params_filter_old_tree_and_new(registry, tre
 def test_the_old_probe_on_the_same_v094_build_printed_its_usage():
     logs = FIXTURES / "device" / "cpu-d12-params-probe" / "v0.9.4"
     assert (logs / "test-file-probe.combined.log").read_text().startswith("Usage: ")
+
+
+def test_setting_findings_apart_never_makes_a_not_reproduced_of_a_walk_that_reached_no_case(registry, homes,
+                                                                                           tmp_path):
+    """The same b6100 D15 logs with test-backend-ops' case lines gone: D17's findings are still set
+    apart, but no matching case executed, so nothing shows D15 absent and the verdict is not
+    not-reproduced (the rule for unreached cases comes first)."""
+    import shutil
+
+    logs = tmp_path / "logs"
+    shutil.copytree(run_dir(homes, "llama-b6100", "D15") / "logs", logs)
+    for name in ("fast-1.stdout.log", "fast-1.combined.log"):
+        kept = [ln for ln in (logs / name).read_text().splitlines(keepends=True) if "SSM_SCAN(" not in ln]
+        (logs / name).write_text("".join(kept))
+    entry = registry.get("D15")
+    obs = observe(entry.default_step, [recorded_command(logs, "fast-1")], [logs / "fast-1.sanitizer.log"])
+    attempt = judge_attempt(entry, obs, Gate(True, CONTROL), 1, 1.0, launch=LaunchContext(symbols=None))
+    assert attempt.verdict is not Verdict.NOT_REPRODUCED and attempt.verdict is not Verdict.CONFIRMED
+    assert "no SSM_SCAN test case matches" in attempt.reason
