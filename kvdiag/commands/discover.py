@@ -74,12 +74,16 @@ def _ops(value: str | None) -> tuple[str, ...]:
               help="Count racecheck warnings as roots too (drafts and the exit code).")
 @click.option("--new-only", is_flag=True, help="Exit 1 only for a new root (one no entry matches).")
 @click.option("--sanitizer", type=GivenPath(path_type=Path), help="compute-sanitizer to use.")
+@click.option("--program", type=click.Choice(["auto", "plain"]), default="auto", show_default=True,
+              help="auto: sanitized cases run in the launch probe's GPU-only mode where kvdiag can make it (no CPU "
+                   "reference), and the cases with findings run again in test mode for the numeric test; plain: the "
+                   "build's own test-backend-ops in test mode.")
 @click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the processes over.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif", "html"]), default="text",
               show_default=True)
 @click.pass_obj
 def discover_cmd(ctx, build_dir, tool_list, op_list, params, jobs, batch, case_budget, shard, save, draft_into,
-                 with_warnings, new_only, sanitizer, devices, fmt) -> int:
+                 with_warnings, new_only, sanitizer, program, devices, fmt) -> int:
     from kvdiag.engine.discover.session import run_discover
     from kvdiag.fileio import prepare_output, written_as
     from kvdiag.report.discover_formats import exit_code, render
@@ -98,7 +102,7 @@ def discover_cmd(ctx, build_dir, tool_list, op_list, params, jobs, batch, case_b
             result = run_discover(build_dir, entries=registry.entries, tools=tools, ops=ops, params=params,
                                   jobs=jobs, case_budget_s=case_budget, batch=batch, shard=chosen,
                                   sanitizer=sanitizer, devices=devices, registry=str(registry.root),
-                                  progress=progress)
+                                  program=program, progress=progress)
     except ScanNotRun as exc:
         from kvdiag.records.verdict import Verdict
 

@@ -32,7 +32,14 @@ def _row(root: Root, markdown: bool = False) -> list[str]:
     line = d["source_line"] or ""
     return [d["known"] or "new", f"{d['tool']} {d['kind']}", f"{tick}{d['site']}{tick}",
             f"{tick}{line[:70]}{tick}" if line else "", d["function"], kernels, ops, str(d["cases"]),
-            f"{tick}{smallest.get('op')}({smallest.get('params')}){tick}", str(d["errors"]), str(d["numeric_failed"])]
+            f"{tick}{smallest.get('op')}({smallest.get('params')}){tick}", str(d["errors"]), _numeric(d)]
+
+
+def _numeric(d) -> str:
+    """FAIL count of the root's cases, and how many had no numeric test (a case that aborted, or one whose
+    numeric run of its own did not end)."""
+    unchecked = d.get("numeric_unchecked") or 0
+    return f"{d['numeric_failed']}" + (f" ({unchecked} not tested)" if unchecked else "")
 
 
 HEADERS = ["entry", "tool kind", "site", "source line", "function", "kernels", "ops (cases)", "cases",
@@ -64,6 +71,10 @@ def render_text(result: DiscoverResult) -> str:
     for tool, gate in result.gates.items():
         if gate.get("run") and not gate.get("trusted"):
             out.append(f"note: {tool}: {gate['reason']}")
+    if result.program:
+        out.append(f"program: {result.program.get('mode')} mode ({result.program.get('why')})"
+                   + (f"; numeric test of the cases with findings: {len(result.numeric_runs)} process(es)"
+                      if result.program.get("mode") == "launch" else ""))
     if result.defects:
         out += ["", tabulate([_row(r) for r in result.defects], headers=HEADERS, tablefmt="simple")]
     else:

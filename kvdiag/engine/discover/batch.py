@@ -19,7 +19,7 @@ printed with it. What differs is what happens when a process cannot be trusted w
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -65,9 +65,10 @@ class Runner:
     backend: str = "CUDA0"
     memory_bytes: int | None = None
     cancel: Any = None                       # threading.Event set on Ctrl-C
+    mode: str = "test"                       # "launch": the launch probe's GPU-only mode (engine.discover.program)
 
     def argv(self, unit: Unit) -> tuple[str, ...]:
-        program = [str(self.binary), "test", "-o", unit.op, "-b", self.backend, "-p", case_regex(unit.cases)]
+        program = [str(self.binary), self.mode, "-o", unit.op, "-b", self.backend, "-p", case_regex(unit.cases)]
         return tool_invocation(unit.tool).argv(self.sanitizer, None, program)
 
 
@@ -127,6 +128,8 @@ def run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> Un
                             errors=cut_long_lines(strip_ansi(result.stderr_text()))[0])
     if cut:
         outcome.row["lines_cut"] = cut_note(cut)
+    if runner.mode != "test":
+        outcome.records = [replace(r, mode=runner.mode) for r in outcome.records]
     return outcome
 
 

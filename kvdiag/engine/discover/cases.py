@@ -31,15 +31,25 @@ class CaseRecord:
     lines: tuple[int, int] | None = None         # where in that log its share lies
     duration_s: float = 0.0                      # its share of its process's wall
     alone: bool = False                          # judged in a process of its own
+    mode: str = "test"                           # the program's mode: "test" compares with the CPU, "launch" does not
+    numeric: str | None = None                   # the numeric test's status, from a run of its own (engine.discover.numeric)
 
     @property
     def judged(self) -> bool:
         return self.state != CUT
 
     @property
+    def numeric_status(self) -> str | None:
+        """test-backend-ops' own comparison with the CPU backend: the status of the numeric run of its
+        own, else the sanitized run's when that run compared (test mode); None when nothing compared."""
+        if self.numeric is not None:
+            return self.numeric
+        return self.status if self.mode == "test" else None
+
+    @property
     def numeric_failed(self) -> bool:
         """test-backend-ops' own comparison with the CPU backend failed on this case."""
-        return self.status == "FAIL"
+        return self.numeric_status == "FAIL"
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -49,7 +59,8 @@ class CaseRecord:
         return {"tool": self.tool, "op": self.op, "params": self.params, "state": self.state,
                 "status": self.status, "findings": [f.to_dict() for f in self.findings], "why": self.why,
                 "log": self.log, "lines": list(self.lines) if self.lines else None,
-                "duration_s": round(self.duration_s, 3), "alone": self.alone}
+                "duration_s": round(self.duration_s, 3), "alone": self.alone, "mode": self.mode,
+                "numeric": self.numeric}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CaseRecord":
@@ -57,7 +68,8 @@ class CaseRecord:
         return cls(tool=str(data["tool"]), op=str(data["op"]), params=str(data["params"]), state=str(data["state"]),
                    status=data.get("status"), findings=tuple(CaseFinding.from_dict(f) for f in data.get("findings") or ()),
                    why=data.get("why"), log=data.get("log"), lines=tuple(lines) if lines else None,
-                   duration_s=float(data.get("duration_s") or 0.0), alone=bool(data.get("alone")))
+                   duration_s=float(data.get("duration_s") or 0.0), alone=bool(data.get("alone")),
+                   mode=str(data.get("mode") or "test"), numeric=data.get("numeric"))
 
 
 @dataclass

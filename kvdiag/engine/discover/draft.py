@@ -199,7 +199,8 @@ def _body(root: Mapping[str, Any], ctx: DraftContext) -> str:
         f"- **Function:** `{root['function']}`; **kernels that launched it:** {kernels}.",
         *([f"- **The other side of the race:** {', '.join(root['peers'])}."] if root.get("peers") else []),
         f"- **Cases:** {root['cases']} ({ops}); **errors:** {root['errors']}; "
-        f"**numeric test failed on:** {root.get('numeric_failed', 0)} of them.",
+        f"**numeric test failed on:** {root.get('numeric_failed', 0)} of them"
+        + (f" ({root['numeric_unchecked']} not tested)" if root.get("numeric_unchecked") else "") + ".",
         f"- **Smallest case:** `{(root.get('smallest') or {}).get('op')}({(root.get('smallest') or {}).get('params')})`.",
     ]
     if example.get("message"):

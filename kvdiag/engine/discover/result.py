@@ -40,6 +40,8 @@ class DiscoverResult:
     kvdiag_version: str = ""
     registry: str | None = None                       # the registry the roots were matched against
     count_warnings: bool = False                      # --warnings: racecheck warning roots count as defects
+    program: dict[str, Any] | None = None             # which test-backend-ops ran, in which mode (discover.program)
+    numeric_runs: list[dict[str, Any]] = field(default_factory=list)  # the numeric test's processes (discover.numeric)
 
     @property
     def defects(self) -> list[Root]:
@@ -61,7 +63,8 @@ class DiscoverResult:
                 "shard": self.shard, "registry": self.registry,
                 "run_dir": str(self.run_dir) if self.run_dir else None,
                 "roots": [r.to_dict() for r in self.defects], "warnings": [r.to_dict() for r in self.warnings],
-                "processes": list(self.processes), "relative": dict(self.relative),
+                "processes": list(self.processes), "program": self.program, "numeric_runs": list(self.numeric_runs),
+                "relative": dict(self.relative),
                 "source_lines": dict(self.source_lines), "cases": [r.to_dict() for r in self.records]}
 
 
@@ -91,6 +94,7 @@ def from_document(doc: Mapping[str, Any], entries: Sequence[Any] = ()) -> Discov
                             workers=int(doc.get("workers") or 0), case_budget_s=float(doc.get("case_budget_s") or 0),
                             interrupted=bool(doc.get("interrupted")), started_at=str(doc.get("started_at") or ""),
                             target=doc.get("target"), shard=doc.get("shard"),
-                            kvdiag_version=str(doc.get("kvdiag_version") or ""), registry=doc.get("registry"))
+                            kvdiag_version=str(doc.get("kvdiag_version") or ""), registry=doc.get("registry"),
+                            program=doc.get("program"), numeric_runs=list(doc.get("numeric_runs") or ()))
     result.roots = build_roots(records, relative, source_lines, entries)
     return result

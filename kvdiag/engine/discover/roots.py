@@ -69,6 +69,7 @@ class Root:
     errors: int = 0                                                  # errors the findings stand for
     printed: int = 0                                                 # printed blocks
     numeric_failed: int = 0                                          # of its cases, FAIL in the numeric test
+    numeric_unchecked: int = 0                                       # of its cases, no numeric test ran
     smallest: dict[str, Any] | None = None                           # {op, params, elements}
     source_line: str | None = None                                   # the site's line in this tree
     path: str | None = None                                          # the site's file in this tree, when placed
@@ -91,6 +92,7 @@ class Root:
         self.tools[record.tool] = self.tools.get(record.tool, 0) + 1
         self.ops[record.op] = self.ops.get(record.op, 0) + 1
         self.numeric_failed += record.numeric_failed
+        self.numeric_unchecked += record.numeric_status is None
         for finding in findings:
             if finding.peer:
                 self.peers[finding.peer] = self.peers.get(finding.peer, 0) + 1
@@ -115,7 +117,8 @@ class Root:
                 "instantiations": dict(ranked[:MAX_LISTED]), "instantiation_count": len(ranked),
                 "ops": dict(sorted(self.ops.items())), "tools": dict(sorted(self.tools.items())),
                 "peers": dict(sorted(self.peers.items())), "cases": self.cases, "errors": self.errors,
-                "printed": self.printed, "numeric_failed": self.numeric_failed, "smallest": self.smallest,
+                "printed": self.printed, "numeric_failed": self.numeric_failed,
+                "numeric_unchecked": self.numeric_unchecked, "smallest": self.smallest,
                 "known": self.known, "matched_by": self.matched_by, "example": self.example}
 
 

@@ -20,10 +20,12 @@ from typing import Any, Sequence
 
 from kvdiag import __version__
 from kvdiag.constants import SANITIZER_TOOLS
-from kvdiag.engine.verdict.devices import select_devices
+from kvdiag.engine.verdict.devices import select_devices, visible_value
 from kvdiag.engine.scan.dispatch import dispatch
 from kvdiag.engine.discover.batch import Runner, Unit, UnitOutcome, run_unit
 from kvdiag.engine.discover.cases import CUT, CaseRecord
+from kvdiag.engine.discover.numeric import run_numeric
+from kvdiag.engine.discover.program import choose_program
 from kvdiag.engine.discover.result import DiscoverResult, build_roots
 from kvdiag.engine.discover.roots import relative_paths
 from kvdiag.engine.discover.space import SuiteSpace, list_suite
@@ -51,7 +53,7 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
                  ops: Sequence[str] = (), params: str | None = None, jobs: int | None = None,
                  case_budget_s: float = CASE_BUDGET_S, batch: int = 0, shard: Shard | None = None,
                  sanitizer: Path | None = None, devices: str | None = None, registry: str | None = None,
-                 progress: Progress | None = None) -> DiscoverResult:
+                 program: str = "auto", progress: Progress | None = None) -> DiscoverResult:
     """Discover every root under ``tools`` (default: the trusted ones) over the suite's cases."""
     progress = progress or Progress()
     home = kvdiag_home()
@@ -63,7 +65,7 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
     try:
         result = _discover(run_dir, build_dir, home=home, entries=entries, tools=tools, ops=ops, params=params,
                            jobs=jobs, case_budget_s=case_budget_s, batch=batch, shard=shard, sanitizer=sanitizer,
-                           devices=devices, registry=registry, progress=progress)
+                           devices=devices, registry=registry, program=program, progress=progress)
         record = RunRecord(entry=None, status="interrupted" if result.interrupted else "finished", kind="discover",
                            fields={"totals": result.to_dict()["totals"], "roots": len(result.defects),
                                    "new_roots": len(result.new_roots), "file": DISCOVER_FILE})
@@ -81,7 +83,7 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
 
 
 def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, params, jobs, case_budget_s, batch,
-              shard, sanitizer, devices, registry, progress: Progress) -> DiscoverResult:
+              shard, sanitizer, devices, registry, program, progress: Progress) -> DiscoverResult:
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
     binary = target.build.binary("test-backend-ops") if target.build is not None else None
     missing = _missing(target, binary)
@@ -102,19 +104,25 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
     memory = device.total_memory_bytes if device else None
     workers = jobs or scan_slots(memory)
     cancel = threading.Event()
-    runner = Runner(binary=binary, sanitizer=target.sanitizer, log_dir=run_dir.logs, case_budget_s=case_budget_s,
-                    memory_bytes=memory, cancel=cancel)
+    chosen_program = choose_program(target, binary, program)
+    progress.say(f"discover: {chosen_program.describe()}")
+    runner = Runner(binary=chosen_program.path, sanitizer=target.sanitizer, log_dir=run_dir.logs,
+                    case_budget_s=case_budget_s, memory_bytes=memory, cancel=cancel, mode=chosen_program.mode)
     units = plan_units(space, chosen_tools, workers * max(1, len(chosen)), batch)
     result = DiscoverResult(tools=chosen_tools, gates=gates, space=space.to_dict(), workers=workers,
                             case_budget_s=case_budget_s, started_at=utc_now(), target=target.to_dict(),
                             run_dir=run_dir.path, shard=shard.text if shard else None, kvdiag_version=__version__,
-                            registry=registry)
+                            registry=registry, program=chosen_program.to_dict())
     progress.say(f"discover: {space.cases} case(s) of {len(space.supported)} op(s) under "
                  f"{', '.join(chosen_tools)}: {len(units)} process(es) to start, {workers} at a time"
                  + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else ""))
     started = time.monotonic()
     result.interrupted = run_units(units, runner, result, workers=workers, devices=chosen, cancel=cancel,
                                    progress=progress, total=space.cases * len(chosen_tools))
+    if not result.interrupted:
+        result.records, result.numeric_runs = run_numeric(
+            result.records, binary=binary, log_dir=run_dir.logs, budget_s=case_budget_s, workers=workers,
+            env={"CUDA_VISIBLE_DEVICES": visible_value(device)} if device is not None else None, cancel=cancel)
     result.wall_s = time.monotonic() - started
     result.records += unrun(space, chosen_tools, result.records, result.interrupted)
     source_dir = target.build.source_dir if target.build is not None else None

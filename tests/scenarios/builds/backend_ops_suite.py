@@ -16,7 +16,10 @@ With a file `<build>/long-line`, each ADD case first prints a megabyte line with
 
 `support` mode lists the cases (`-o` a comma-separated list of ops, `-p` a regex); `test` mode
 runs the selected ones, printing each case's status after it ran (current ggml's convention),
-and appends its `-o`/`-p` to `<build>/invocations.log`.
+and appends its `-o`/`-p` to `<build>/invocations.log`. `launch` mode (the launch probe's) runs
+them the same way with no numeric comparison: CPY's FAIL prints OK; it and test mode append
+`<mode> <sanitizer tool or none> <-o>` to `<build>/modes.log`. With a file `<build>/numeric-aborts`,
+SOFT_MAX aborts in test mode when no sanitizer runs it (the numeric test's own run).
 """
 import os
 import re
@@ -80,9 +83,11 @@ def support_mode() -> None:
     fakeops.out(fakeops.GREEN_OK)
 
 
-def test_mode() -> None:
+def test_mode(mode: str = "test") -> None:
     with open(fakeops.BUILD / "invocations.log", "a") as fh:
         fh.write(f"{fakeops.option('-o')} {fakeops.option('-p')}\n")
+    with open(fakeops.BUILD / "modes.log", "a") as fh:
+        fh.write(f"{mode} {tool() or 'none'} {fakeops.option('-o')}\n")
     fakeops.header()
     chosen = listed(list(CASES))
     passed = 0
@@ -91,13 +96,16 @@ def test_mode() -> None:
             fakeops.err(f"/src/ggml/src/ggml-cuda/ggml-cuda.cu:1234: GGML_ASSERT(ne00 % 32 == 0) failed")
             fakeops.err("/src/ggml/build/bin/libggml-base.so(ggml_abort+0x15b)[0x7f147af6dcab]")
             fakeops.die("SIGABRT")
+        if op == "SOFT_MAX" and mode == "test" and not tool() and (fakeops.BUILD / "numeric-aborts").exists():
+            fakeops.err("/src/ggml/src/ggml-cuda/softmax.cu:99: GGML_ASSERT(false) failed")
+            fakeops.die("SIGABRT")
         if op == "GET_ROWS" and params.endswith("v=9"):
             while True:
                 time.sleep(60)
         if op == "ADD" and (fakeops.BUILD / "long-line").exists():
             fakeops.out("z" * (1 << 20))          # a megabyte without a space, before the case's status
         fakeops.sanitizer_sees(race(params, op))
-        if op == "CPY" and "ne=[4096" in params:
+        if op == "CPY" and "ne=[4096" in params and mode == "test":
             fakeops.case(params, "[CPY] NMSE = 0.123456789 > 0.000000100 " + fakeops.RED_FAIL, op=op)
             continue
         fakeops.case(params, op=op)
@@ -105,8 +113,8 @@ def test_mode() -> None:
     fakeops.footer(passed, len(chosen))
 
 
-fakeops.handle_probes(ops=tuple(CASES), modes=("test", "support"))
+fakeops.handle_probes(ops=tuple(CASES), modes=("test", "launch", "support"))
 if sys.argv[1] == "support":
     support_mode()
 else:
-    test_mode()
+    test_mode(sys.argv[1])

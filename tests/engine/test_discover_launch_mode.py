@@ -1,0 +1,107 @@
+"""`kvdiag discover` on the launch probe's program: sanitized cases in its GPU-only `launch` mode,
+and the numeric test of the cases with findings in test mode on the user's own program.
+
+The staged build (tests/scenarios/builds/backend_ops_suite.py) stands for both programs here: its
+`launch` mode prints OK where test mode FAILs (no comparison), and it logs each process's mode and
+tool to `<build>/modes.log`, so the tests see which program ran what.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_helpers import Scenarios, make_target  # noqa: E402
+from test_discover import staged_build  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from isolation import isolate  # noqa: E402
+
+from kvdiag.cli import main
+from kvdiag.controls.gate import Gate
+from kvdiag.engine.discover import session as discover_session
+from kvdiag.engine.discover.program import LAUNCH, TEST, choose_program
+from kvdiag.probes.program_rebuild import ProbeProgram
+
+
+def discover(tmp_path: Path, monkeypatch, *args: str, staged=lambda build: None) -> tuple[dict, list[str], int]:
+    isolate(monkeypatch, tmp_path)
+    kv = Scenarios(tmp_path / "kv")
+    build = staged_build(kv)
+    staged(build)
+    program = build / "bin" / "test-backend-ops"
+    target = make_target(build, log_dir=tmp_path / "target-logs", sanitizer=kv.sanitizer())
+    made = ProbeProgram("test-backend-ops-launch", path=program, reused=True)
+    target = dataclasses.replace(target, probe_program=lambda: made)
+    monkeypatch.setattr(discover_session, "prepare_target", lambda *a, **k: target)
+    monkeypatch.setattr(discover_session, "controls_gate_provider",
+                        lambda *a, **k: (lambda tool: Gate(tool == "racecheck", f"{tool}'s staged control")))
+    saved = tmp_path / "discover.json"
+    code = main(["--registry", str(kv.registry_dir), "discover", "--build", str(build), "-j", "2",
+                 "--case-budget", "3", "--ops", "CPY,SOFT_MAX,ADD", "--save", str(saved), "--format", "json", *args])
+    modes = (build / "modes.log").read_text().splitlines()
+    return json.loads(saved.read_text()), modes, code
+
+
+def root_at(doc: dict, site: str) -> dict:
+    return next(r for r in doc["roots"] if r["site"] == site)
+
+
+def test_sanitized_cases_run_in_launch_mode_and_only_the_cases_with_findings_run_the_numeric_test(tmp_path,
+                                                                                                    monkeypatch):
+    doc, modes, _ = discover(tmp_path, monkeypatch)
+    assert doc["program"]["mode"] == LAUNCH
+    sanitized = [m for m in modes if " racecheck " in m]
+    assert sanitized and all(m.startswith("launch ") for m in sanitized)
+    numeric = [m for m in modes if m.endswith((" none CPY", " none SOFT_MAX", " none ADD"))]
+    # One test-mode process per op with findings (CPY's q4_0 pair, SOFT_MAX's two); ADD is clean: none.
+    assert sorted(numeric) == ["test none CPY", "test none SOFT_MAX"]
+    assert len(doc["numeric_runs"]) == 2 and all(r["why"] is None for r in doc["numeric_runs"])
+    cpy = root_at(doc, "src/ggml-cuda/cpy.cu:57")
+    # Launch mode printed OK for ne=[4096,…]; its FAIL comes from the numeric run, not from the sanitized one.
+    assert (cpy["cases"], cpy["numeric_failed"], cpy["numeric_unchecked"]) == (2, 1, 0)
+    by_params = {c["params"]: c for c in doc["cases"] if c["op"] == "CPY" and "q4_0" in c["params"]}
+    big = by_params["type_src=f32,type_dst=q4_0,ne=[4096,4,1,1]"]
+    assert (big["mode"], big["status"], big["numeric"]) == (LAUNCH, "OK", "FAIL")
+    clean = [c for c in doc["cases"] if c["state"] == "clean"]
+    assert clean and all(c["numeric"] is None for c in clean)       # a clean case needs no numeric run
+
+
+def test_a_numeric_run_that_dies_leaves_its_cases_not_tested_never_passing(tmp_path, monkeypatch):
+    doc, _, _ = discover(tmp_path, monkeypatch, staged=lambda build: (build / "numeric-aborts").write_text(""))
+    soft_max = root_at(doc, "src/ggml-cuda/common.cuh:512")
+    assert (soft_max["cases"], soft_max["numeric_failed"], soft_max["numeric_unchecked"]) == (2, 0, 2)
+    run = next(r for r in doc["numeric_runs"] if r["op"] == "SOFT_MAX")
+    assert run["statuses"] == 0 and "printed no status" in run["why"]
+    assert root_at(doc, "src/ggml-cuda/cpy.cu:57")["numeric_unchecked"] == 0
+
+
+def test_program_plain_keeps_test_mode_and_its_own_comparison(tmp_path, monkeypatch):
+    doc, modes, _ = discover(tmp_path, monkeypatch, "--program", "plain")
+    assert doc["program"] == {"path": doc["program"]["path"], "mode": TEST, "why": "--program plain", "probe": None}
+    assert all(m.startswith("test racecheck ") for m in modes)
+    assert doc["numeric_runs"] == []
+    cpy = root_at(doc, "src/ggml-cuda/cpy.cu:57")
+    assert (cpy["numeric_failed"], cpy["numeric_unchecked"]) == (1, 0)
+
+
+@pytest.mark.parametrize("why_not, env, expected", [
+    (None, "0", "KVDIAG_PROBE_PROGRAM=0"),
+    ("the patch does not apply", None, "could not be made: the patch does not apply"),
+])
+def test_the_users_program_in_test_mode_where_the_probe_cannot_run_saying_why(monkeypatch, tmp_path, why_not, env,
+                                                                            expected):
+    if env is not None:
+        monkeypatch.setenv("KVDIAG_PROBE_PROGRAM", env)
+    else:
+        monkeypatch.delenv("KVDIAG_PROBE_PROGRAM", raising=False)
+    made = ProbeProgram("test-backend-ops-launch", path=None if why_not else tmp_path / "probe", why_not=why_not)
+    target = type("T", (), {"probe_program": staticmethod(lambda: made)})()
+    chosen = choose_program(target, tmp_path / "test-backend-ops")
+    assert (chosen.mode, chosen.path.name) == (TEST, "test-backend-ops")
+    assert expected in chosen.why
