@@ -241,11 +241,12 @@ def test_d12s_first_probe_proved_nothing_on_the_oldest_trees(registry, homes):
         assert attempt.reason == r"the path did not run as expected: /what\(\):\s+\S/ not seen (exit 1)"
 
 
-@pytest.mark.parametrize("tree", ["v0.9.4", "d99724f2"])
+@pytest.mark.parametrize("tree", ["b6100", "v0.9.4", "v0.9.7", "d99724f2"])
 def test_d12s_probe_throws_from_the_params_filter_old_tree_and_new(registry, tree, tmp_path):
-    """The current probe on ggml v0.9.4, which has no --test-file, and on d99724f2, built for the CPU
-    (tests/fixtures/device/cpu-d12-params-probe): the filter `(` makes std::regex throw, nothing catches
-    it, SIGABRT: not-reproduced, the record's verdict and the engine's on the logs again."""
+    """The current probe on llama.cpp b6100, ggml v0.9.4 and v0.9.7, which have no --test-file, and on
+    d99724f2, built for the CPU (tests/fixtures/device/cpu-d12-params-probe): the filter `(` makes
+    std::regex throw, nothing catches it, SIGABRT: not-reproduced, the record's verdict and the engine's
+    on the logs again."""
     logs = FIXTURES / "device" / "cpu-d12-params-probe" / tree
     assert json.loads((logs / "run.json").read_text())["outcome"]["verdict"] == "not-reproduced"
     result = json.loads((logs / "throw-probe-1.cmd.json").read_text())["result"]
