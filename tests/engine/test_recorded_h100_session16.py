@@ -46,8 +46,9 @@ TREES = {
 }
 # The inconclusives the sweeps gave that later changes settle (each has its own test below):
 # D12's first probe needed --test-file, which these trees' test-backend-ops lacks (the probe now throws
-# from the params filter: tested on a CPU build, not yet on the device); D15 on b6100 printed only the
-# races of another kernel, which became D17 and is set apart (judged again from the same logs below).
+# from the params filter, and D12 runs on the CPU backend: its runs on CPU builds of all three trees are
+# not-reproduced, below; not yet run on the device); D15 on b6100 printed only the races of another
+# kernel, which became D17 and is set apart (judged again from the same logs below).
 SETTLED_SINCE = {("llama-b6100", "D12"), ("ggml-v0.9.4", "D12"), ("ggml-v0.9.7", "D12"), ("llama-b6100", "D15")}
 
 
