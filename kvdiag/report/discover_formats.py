@@ -56,6 +56,23 @@ def totals_line(result: DiscoverResult) -> str:
             f"{len(result.processes)} process(es), {result.wall_s:.1f} s")
 
 
+def time_line(result: DiscoverResult, most: int = 5) -> str | None:
+    """Where the processes' time went, by tool and op: the few that dominate a whole-suite discovery
+    (TOP_K's largest cases under racecheck, FLASH_ATTN_EXT) are what a maintainer narrows with --ops."""
+    spent: dict[tuple[str, str], float] = {}
+    for row in result.processes:
+        key = (str(row.get("tool")), str(row.get("op")))
+        spent[key] = spent.get(key, 0.0) + float(row.get("wall_s") or 0.0)
+    if not spent:
+        return None
+    total = sum(spent.values())
+    ranked = sorted(spent.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{op} under {tool} {s:.0f} s" for (tool, op), s in ranked[:most])
+    rest = total - sum(s for _, s in ranked[:most])
+    return (f"process time: {total:.0f} s over {len(result.processes)} process(es): {shown}"
+            + (f", the other {len(ranked) - most} op/tool pair(s) {rest:.0f} s" if len(ranked) > most else ""))
+
+
 def cut_lines(result: DiscoverResult) -> list[str]:
     cut = [r for r in result.records if r.state == CUT]
     lines = [f"cut: {r.tool} {r.op}({r.params}): {r.why}" for r in cut[:SHOW_CUT]]
@@ -71,6 +88,9 @@ def render_text(result: DiscoverResult) -> str:
     for tool, gate in result.gates.items():
         if gate.get("run") and not gate.get("trusted"):
             out.append(f"note: {tool}: {gate['reason']}")
+    spent = time_line(result)
+    if spent:
+        out.append(spent)
     if result.program:
         out.append(f"program: {result.program.get('mode')} mode ({result.program.get('why')})"
                    + (f"; numeric test of the cases with findings: {len(result.numeric_runs)} process(es)"
@@ -89,7 +109,8 @@ def render_text(result: DiscoverResult) -> str:
 
 
 def render_markdown(result: DiscoverResult) -> str:
-    out = ["# kvdiag discover", "", totals_line(result), ""]
+    spent = time_line(result)
+    out = ["# kvdiag discover", "", totals_line(result), ""] + ([spent, ""] if spent else [])
     if result.defects:
         out += [tabulate([_row(r, True) for r in result.defects], headers=HEADERS, tablefmt="github"), ""]
     if result.warnings:

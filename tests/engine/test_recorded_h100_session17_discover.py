@@ -121,3 +121,14 @@ def test_the_whole_suite_of_the_new_tree_is_twelve_thousand_cases():
     """What the whole-suite discovery started with before the session's device time ran out."""
     said = (FIXTURE / "discover-whole-suite.err").read_text()
     assert "11942 case(s) of 108 op(s) under racecheck, synccheck: 892 process(es) to start, 9 at a time" in said
+
+
+def test_the_text_says_where_the_process_time_went():
+    """The recorded test-mode arm: MUL_MAT's processes took most of it."""
+    from kvdiag.report.discover_formats import render_text, time_line
+
+    result = from_document(document("plain"))
+    assert time_line(result) == ("process time: 1140 s over 133 process(es): MUL_MAT under racecheck 665 s, "
+                                 "CONV_2D under racecheck 281 s, IM2COL_3D under racecheck 194 s")
+    assert time_line(result, most=1).endswith(", the other 2 op/tool pair(s) 475 s")
+    assert time_line(result) in render_text(result)
