@@ -238,6 +238,9 @@ def split_signature(signature: str) -> tuple[str, tuple[str, ...]]:
     """
     sig = signature.strip()
     scan = sig.replace(_ANON, "A" * len(_ANON))
+    operator = _OPERATOR.search(scan)
+    if operator is not None and _first_open(scan[:operator.start()]) is None:
+        return _operator_name(sig, scan, operator)
     open_at = _first_open(scan)
     head = sig if open_at is None else sig[:open_at]
     name = _last_token(head)
@@ -246,6 +249,28 @@ def split_signature(signature: str) -> tuple[str, tuple[str, ...]]:
     close_at = _matching(scan, open_at)
     inner = sig[open_at + 1 : close_at if close_at is not None else len(sig)]
     return name, split_top_level(inner)
+
+
+# An operator's name holds the brackets or the space that end other names: ``__half2::operator =(…)``,
+# ``functor::operator()(…)``, ``operator<<``, ``operator new``, ``operator float`` (a conversion).
+_OPERATOR_SYMBOLS = r"\(\)|\[\]|->\*|->|<<=|>>=|<=>|<<|>>|<=|>=|==|!=|&&|\|\||\+\+|--|[-+*/%^&|~!=<>,]=?"
+_OPERATOR_WORDS = r"(?:new|delete)(?:\[\])?|[A-Za-z_][\w:]*(?:\s*[*&]+)?"
+_OPERATOR = re.compile(rf"\boperator\b\s*(?:(?P<symbol>{_OPERATOR_SYMBOLS})|(?P<word>{_OPERATOR_WORDS}))")
+
+
+def _operator_name(sig: str, scan: str, operator: re.Match[str]) -> tuple[str, tuple[str, ...]]:
+    """``void __half2::operator =(const __half2&&)`` -> ``("__half2::operator=", ())``."""
+    before = sig[:operator.start()]
+    scope = before.split()[-1] if before.strip() and not before[-1].isspace() else ""
+    spelled = operator.group("symbol") or f" {operator.group('word')}"
+    name = f"{_last_token(scope) if scope else ''}operator{spelled}"
+    end = operator.end()
+    while end < len(scan) and scan[end] == " " and operator.group("symbol"):
+        end += 1                                    # ``operator< <(int)3>``: its template arguments
+    if end < len(scan) and scan[end] == "<":
+        close_at = _matching(scan, end)
+        return name, split_top_level(sig[end + 1 : close_at if close_at is not None else len(sig)])
+    return name, ()
 
 
 def _first_open(text: str) -> int | None:

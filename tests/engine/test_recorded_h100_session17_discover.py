@@ -112,9 +112,22 @@ def test_recorded_processes_judge_again_as_the_run_judged_them(arm, process):
     assert len(outcome.records) == len(unit.cases) == len(recorded) == 32 and not outcome.again
     for record in outcome.records:
         saved = recorded[record.params]
-        assert (record.state, record.status, record.findings) == (saved.state, saved.status, saved.findings)
+        assert (record.state, record.status, tuple(map(as_run_named, record.findings))) == (
+            saved.state, saved.status, saved.findings)
     if process == "racecheck-00117":           # MUL_MAT: the mma.cuh / mmf.cuh racecheck warnings, in both arms
         assert sum(r.state == "findings" for r in outcome.records) == 2
+        functions = {f.function for r in outcome.records for f in r.findings}
+        assert "__half2::operator=" in functions and "=" not in functions
+
+
+def as_run_named(finding):
+    """The finding as the run named it: `__half2::operator =(const __half2&&)` was read as the function
+    "=" until the signature reader learnt operator names (after this session)."""
+    import dataclasses
+
+    if finding.function != "__half2::operator=":
+        return finding
+    return dataclasses.replace(finding, function="=", instantiation="=", kernel="=")
 
 
 def test_the_whole_suite_of_the_new_tree_is_twelve_thousand_cases():

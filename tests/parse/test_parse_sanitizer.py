@@ -390,6 +390,22 @@ def test_split_signature():
     assert split_signature("") == ("", ())
 
 
+@pytest.mark.parametrize("signature, expected", [
+    # racecheck on an H100 (device session 17): a warning's site inside cuda_fp16.hpp
+    ("__half2::operator =(const __half2&&)", ("__half2::operator=", ())),
+    ("void functor::operator()(int)", ("functor::operator()", ())),
+    ("void ns::S::operator<<(int)", ("ns::S::operator<<", ())),
+    ("bool operator<(const a&, const b&)", ("operator<", ())),
+    ("void cmp::operator< <(int)3>(int)", ("cmp::operator<", ("(int)3",))),
+    ("operator new(unsigned long)", ("operator new", ())),
+    ("__half::operator float() const", ("__half::operator float", ())),
+    ("void ns::operator_helper<(int)2>(int)", ("ns::operator_helper", ("(int)2",))),
+])
+def test_split_signature_names_operators_whole(signature, expected):
+    """An operator's name holds a space or the brackets that end other names; it was read as "=" before."""
+    assert split_signature(signature) == expected
+
+
 def test_parse_site_forms():
     assert parse_site("k(int *)+0x70 in f.cu:12") == Frame("k(int *)", "k", "f.cu", 12, "+0x70")
     assert parse_site("k(int *)+0x70") == Frame("k(int *)", "k", None, None, "+0x70")
