@@ -80,8 +80,24 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "format": DISCOVER_FORMAT, "shard": None, "started_at": started_at, "wall_s": wall_s, "space": space,
             "workers": sum(int(p.get("workers") or 0) for p in parts), "interrupted": False,
             "processes": [row for p in parts for row in p.get("processes") or []],
+            "numeric_runs": [row for p in parts for row in p.get("numeric_runs") or []],
+            "program": merged_program(parts),
             "relative": {k: v for p in parts for k, v in (p.get("relative") or {}).items()},
             "source_lines": {k: v for p in parts for k, v in (p.get("source_lines") or {}).items()},
             "cases": [c for p in parts for c in p["cases"]],
             "merged_from": [{"shard": p["shard"], "started_at": p.get("started_at"), "wall_s": p.get("wall_s"),
                              "cases": len(p["cases"])} for p in sorted(parts, key=lambda p: parse_shard(p["shard"]))]}
+
+
+def merged_program(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The program the shards ran (engine.discover.program): the first shard's when every shard ran the
+    same mode, else a record that says which shard ran which (a shard on a machine where the launch probe
+    could not be made ran test mode)."""
+    programs = [p.get("program") for p in parts]
+    modes = {(prog or {}).get("mode") for prog in programs}
+    if len(modes) == 1:
+        return programs[0]
+    said = ", ".join(f"shard {p.get('shard')}: {(p.get('program') or {}).get('mode') or 'not recorded'}"
+                     for p in sorted(parts, key=lambda p: parse_shard(p["shard"])))
+    return {"path": None, "mode": "mixed", "why": f"the shards ran different modes ({said})", "probe": None}
+

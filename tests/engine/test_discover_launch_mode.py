@@ -105,3 +105,41 @@ def test_the_users_program_in_test_mode_where_the_probe_cannot_run_saying_why(mo
     chosen = choose_program(target, tmp_path / "test-backend-ops")
     assert (chosen.mode, chosen.path.name) == (TEST, "test-backend-ops")
     assert expected in chosen.why
+
+
+def test_merged_shards_keep_their_numeric_runs_and_say_when_they_ran_different_modes():
+    from kvdiag.store.discoveries import merged_program
+
+    launch = {"path": "/p", "mode": LAUNCH, "why": "made", "probe": None}
+    test = {"path": "/b", "mode": TEST, "why": "the launch probe's program could not be made: no ninja", "probe": None}
+    assert merged_program([{"shard": "1/2", "program": launch}, {"shard": "2/2", "program": launch}]) == launch
+    mixed = merged_program([{"shard": "2/2", "program": test}, {"shard": "1/2", "program": launch}])
+    assert mixed["mode"] == "mixed"
+    assert mixed["why"] == "the shards ran different modes (shard 1/2: launch, shard 2/2: test)"
+
+
+def test_a_merge_concatenates_the_shards_numeric_runs(tmp_path, monkeypatch):
+    """Two shards of the staged suite in launch mode: each ran the numeric test of its own hits."""
+    isolate(monkeypatch, tmp_path)
+    kv = Scenarios(tmp_path / "kv")
+    build = staged_build(kv)
+    target = make_target(build, log_dir=tmp_path / "target-logs", sanitizer=kv.sanitizer())
+    made = ProbeProgram("test-backend-ops-launch", path=build / "bin" / "test-backend-ops", reused=True)
+    monkeypatch.setattr(discover_session, "prepare_target",
+                        lambda *a, **k: dataclasses.replace(target, probe_program=lambda: made))
+    monkeypatch.setattr(discover_session, "controls_gate_provider",
+                        lambda *a, **k: (lambda tool: Gate(tool == "racecheck", "staged")))
+    parts = []
+    for index in (1, 2):
+        part = tmp_path / f"part{index}.json"
+        main(["--registry", str(kv.registry_dir), "discover", "--build", str(build), "-j", "2", "--case-budget", "3",
+              "--ops", "CPY,SOFT_MAX", "--shard", f"{index}/2", "--save", str(part), "--format", "json"])
+        parts.append(json.loads(part.read_text()))
+    merged = tmp_path / "merged.json"
+    main(["--registry", str(kv.registry_dir), "merge", *(str(tmp_path / f"part{i}.json") for i in (1, 2)),
+          "-o", str(merged), "--format", "json"])
+    doc = json.loads(merged.read_text())
+    assert doc["program"]["mode"] == LAUNCH
+    assert len(doc["numeric_runs"]) == sum(len(p["numeric_runs"]) for p in parts) >= 2
+    cpy = next(r for r in doc["roots"] if r["site"] == "src/ggml-cuda/cpy.cu:57")
+    assert (cpy["numeric_failed"], cpy["numeric_unchecked"]) == (1, 0)
