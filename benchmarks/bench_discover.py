@@ -7,7 +7,13 @@ per op its wall, whether the cap cut it, and how many finding blocks it printed.
 the ratio (raw / discover), the ops with findings on either side, and what each cut.
 
     python3 benchmarks/bench_discover.py --build B --tool racecheck --ops CPY,SOFT_MAX,NORM \
-        [--raw-jobs 12 --raw-cap 45] [--skip-raw] --out bench.json
+        [--raw-jobs 12 --raw-cap 45] [--skip-raw] [--programs plain,auto] --out bench.json
+
+``--programs plain,auto`` runs discover once per program, one after the other (`--program` of
+`kvdiag discover`: the build's own test mode against the launch probe's GPU-only mode), and
+compares them (``compare``): per op whose every case both judged, the processes' summed walls and
+their ratio, and whether every case judged by both came out in the same state with the same
+findings (racecheck's hazard counts, which vary run to run, left out).
 
 The ops default to every op `test-backend-ops --list-ops` prints. Times are wall seconds on
 this machine; compare only numbers from one run (docs/performance.md).
@@ -52,6 +58,53 @@ def raw_op(sanitizer: str, binary: Path, tool: str, op: str, cap: float, logs: P
             "findings": len(FINDING.findall(text))}
 
 
+def run_discover(build: Path, tool: str, ops: list[str], program: str, logs: Path) -> tuple[dict, dict]:
+    """One `kvdiag discover` over ``ops``: its row for the report, and its saved document."""
+    saved = logs / f"discover-{program}.json"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "kvdiag", "discover", "--build", str(build), "--tool", tool,
+                           "--ops", ",".join(ops), "--program", program, "--save", str(saved), "--format", "json"],
+                          capture_output=True, text=True)
+    wall = time.monotonic() - started
+    doc = json.loads(saved.read_text()) if saved.is_file() else {}
+    roots = doc.get("roots") or []
+    return {"wall_s": round(wall, 2), "discover_wall_s": doc.get("wall_s"), "exit": done.returncode,
+            "program": doc.get("program"), "totals": doc.get("totals"),
+            "roots": [{k: r.get(k) for k in ("tool", "kind", "site", "function", "cases", "ops")} for r in roots],
+            "ops_with_findings": sorted({op for r in roots for op in r.get("ops") or {}}),
+            "stderr_tail": done.stderr[-2000:]}, doc
+
+
+def compare_arms(first: dict, second: dict, names: tuple[str, str] = ("first", "second")) -> dict:
+    """Two saved discoveries of the same cases: per op that both finished, the processes' summed walls and
+    second/first; over the cases both judged, how many agree in state and findings."""
+    def judged(doc: dict) -> dict:
+        return {(c["tool"], c["op"], c["params"]): c for c in doc.get("cases") or () if c["state"] != "cut"}
+
+    def seconds(doc: dict) -> dict:
+        out: dict[str, float] = {}
+        for row in doc.get("processes") or ():
+            out[row["op"]] = out.get(row["op"], 0.0) + float(row.get("wall_s") or 0.0)
+        return out
+
+    def what(case: dict) -> tuple:
+        return case["state"], sorted((f.get("kind"), f.get("file"), f.get("line"), f.get("function"), f.get("kernel"),
+                                      f.get("peer")) for f in case.get("findings") or ())
+
+    a, b = judged(first), judged(second)
+    both = set(a) & set(b)
+    listed = (first.get("space") or {}).get("ops") or {}
+    per_tool = max(1, len(first.get("tools") or ()))
+    whole = [op for op, n in listed.items()
+             if sum(1 for k in a if k[1] == op) == sum(1 for k in b if k[1] == op) == n * per_tool]
+    sa, sb = seconds(first), seconds(second)
+    return {"arms": list(names), "cases_judged_by_both": len(both),
+            "agree": sum(1 for k in both if what(a[k]) == what(b[k])),
+            "ops_both_finished": {op: {names[0]: round(sa.get(op, 0.0), 1), names[1]: round(sb.get(op, 0.0), 1),
+                                       "ratio": round(sb.get(op, 0.0) / sa[op], 3) if sa.get(op) else None}
+                                  for op in sorted(whole)}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", type=Path, required=True)
@@ -61,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--raw-cap", type=float, default=45.0)
     ap.add_argument("--skip-raw", action="store_true")
     ap.add_argument("--sanitizer", default="compute-sanitizer")
+    ap.add_argument("--programs", default="auto", help="comma-separated `kvdiag discover --program` values")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     binary = args.build / "bin" / "test-backend-ops"
@@ -74,21 +128,16 @@ def main(argv: list[str] | None = None) -> int:
         report["raw"] = {"wall_s": round(time.monotonic() - started, 2), "jobs": args.raw_jobs, "cap_s": args.raw_cap,
                          "cut": [r["op"] for r in rows if r["cut"]],
                          "ops_with_findings": [r["op"] for r in rows if r["findings"]], "per_op": rows}
-    saved = logs / "discover.json"
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "kvdiag", "discover", "--build", str(args.build), "--tool", args.tool,
-                           "--ops", ",".join(ops), "--save", str(saved), "--format", "json"],
-                          capture_output=True, text=True)
-    wall = time.monotonic() - started
-    doc = json.loads(saved.read_text()) if saved.is_file() else {}
-    roots = doc.get("roots") or []
-    report["discover"] = {"wall_s": round(wall, 2), "exit": done.returncode, "totals": doc.get("totals"),
-                          "roots": [{k: r.get(k) for k in ("tool", "kind", "site", "function", "cases", "ops")}
-                                    for r in roots],
-                          "ops_with_findings": sorted({op for r in roots for op in r.get("ops") or {}}),
-                          "stderr_tail": done.stderr[-2000:]}
+    docs: dict[str, dict] = {}
+    for program in args.programs.split(","):
+        arm, docs[program] = run_discover(args.build, args.tool, ops, program, logs)
+        report.setdefault("discover", arm)                 # the first arm, as before --programs
+        report.setdefault("programs", {})[program] = arm
+    wall = report["discover"]["wall_s"]
     if "raw" in report and wall > 0:
         report["ratio_raw_over_discover"] = round(report["raw"]["wall_s"] / wall, 2)
+    if len(docs) == 2:
+        report["compare"] = compare_arms(*docs.values(), names=tuple(docs))
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

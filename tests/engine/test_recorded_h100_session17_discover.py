@@ -145,3 +145,19 @@ def test_the_text_says_where_the_process_time_went():
                                  "CONV_2D under racecheck 281 s, IM2COL_3D under racecheck 194 s")
     assert time_line(result, most=1).endswith(", the other 2 op/tool pair(s) 475 s")
     assert time_line(result) in render_text(result)
+
+
+def test_the_benchmark_compares_the_two_recorded_arms_as_this_session_did():
+    """benchmarks/bench_discover.py --programs plain,auto makes this A/B in one run; its comparison,
+    fed the two recorded discoveries, gives the figures above."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_discover", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_discover.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    compared = bench.compare_arms(document("plain"), document("auto"), names=("plain", "auto"))
+    assert (compared["cases_judged_by_both"], compared["agree"]) == (4095, 4095)
+    assert compared["ops_both_finished"] == {
+        "CONV_2D": {"plain": 281.4, "auto": 266.8, "ratio": 0.948},
+        "IM2COL_3D": {"plain": 193.8, "auto": 182.4, "ratio": 0.941}}
