@@ -261,9 +261,9 @@ _OPERATOR = re.compile(rf"\boperator\b\s*(?:(?P<symbol>{_OPERATOR_SYMBOLS})|(?P<
 def _operator_name(sig: str, scan: str, operator: re.Match[str]) -> tuple[str, tuple[str, ...]]:
     """``void __half2::operator =(const __half2&&)`` -> ``("__half2::operator=", ())``."""
     before = sig[:operator.start()]
-    scope = before.split()[-1] if before.strip() and not before[-1].isspace() else ""
+    scope = _last_token(before) if before.strip() and not before[-1].isspace() else ""
     spelled = operator.group("symbol") or f" {operator.group('word')}"
-    name = f"{_last_token(scope) if scope else ''}operator{spelled}"
+    name = f"{scope}operator{spelled}"
     end = operator.end()
     while end < len(scan) and scan[end] == " " and operator.group("symbol"):
         end += 1                                    # ``operator< <(int)3>``: its template arguments

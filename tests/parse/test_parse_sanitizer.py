@@ -400,6 +400,7 @@ def test_split_signature():
     ("operator new(unsigned long)", ("operator new", ())),
     ("__half::operator float() const", ("__half::operator float", ())),
     ("void ns::operator_helper<(int)2>(int)", ("ns::operator_helper", ("(int)2",))),
+    ("void (anonymous namespace)::S::operator()(int)", ("(anonymous namespace)::S::operator()", ())),
 ])
 def test_split_signature_names_operators_whole(signature, expected):
     """An operator's name holds a space or the brackets that end other names; it was read as "=" before."""
