@@ -28,7 +28,8 @@ one row per root, with the kernels that reached it, its ops and cases, its small
 repro), its error count, and whether the numeric test failed too. Each root is matched
 against the registry (its entry named) or marked new; --draft-into writes one draft entry per
 new root, which lints and confirms as written (`kvdiag --registry DIR run D14 --build B`).
-Racecheck warnings are listed apart and are not roots unless --warnings.
+Racecheck warnings are listed apart and are not roots unless --warnings. Racecheck sees only
+shared memory, so it is spared the cases whose launches hold none (--no-route: every case).
 """
 
 
@@ -78,12 +79,16 @@ def _ops(value: str | None) -> tuple[str, ...]:
               help="auto: sanitized cases run in the launch probe's GPU-only mode where kvdiag can make it (no CPU "
                    "reference), and the cases with findings run again in test mode for the numeric test; plain: the "
                    "build's own test-backend-ops in test mode.")
+@click.option("--route/--no-route", default=True, show_default=True,
+              help="Run racecheck only on the cases whose launches hold shared memory (the only memory it "
+                   "checks), the launches listed by the other tools' processes or by a pass without a sanitizer; "
+                   "needs the launch probe's program. --no-route sanitizes every case under racecheck.")
 @click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the processes over.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif", "html"]), default="text",
               show_default=True)
 @click.pass_obj
 def discover_cmd(ctx, build_dir, tool_list, op_list, params, jobs, batch, case_budget, shard, save, draft_into,
-                 with_warnings, new_only, sanitizer, program, devices, fmt) -> int:
+                 with_warnings, new_only, sanitizer, program, route, devices, fmt) -> int:
     from kvdiag.engine.discover.session import run_discover
     from kvdiag.fileio import prepare_output, written_as
     from kvdiag.report.discover_formats import exit_code, render
@@ -102,7 +107,7 @@ def discover_cmd(ctx, build_dir, tool_list, op_list, params, jobs, batch, case_b
             result = run_discover(build_dir, entries=registry.entries, tools=tools, ops=ops, params=params,
                                   jobs=jobs, case_budget_s=case_budget, batch=batch, shard=chosen,
                                   sanitizer=sanitizer, devices=devices, registry=str(registry.root),
-                                  program=program, progress=progress)
+                                  program=program, route=route, progress=progress)
     except ScanNotRun as exc:
         from kvdiag.records.verdict import Verdict
 

@@ -10,6 +10,12 @@ Three tools name the same kernel instantiation three ways:
 :func:`canonical` reduces each to ``flash_attn_ext_f16<256, 256, 4, 4, false, false>``: the
 name, the template arguments with integer casts dropped and ``(bool)0/1`` as ``false/true``,
 no return type, no parameter list. That is the form kvdiag groups, stores and compares.
+
+Since the probe also says how much shared memory each launch holds, a line may end in
+``  [kvdiag-smem <static>+<dynamic>]`` (bytes; ``?`` where the driver could not size the kernel's
+static part, ``?+?`` for a cuBLAS call, whose own kernels the probe cannot see). :class:`Launch`
+keeps both numbers apart from the kernel; a line without the suffix (an older probe, the CUPTI
+lister) holds ``None``: unknown, never zero.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ _INT_CAST = re.compile(r"^\((?:unsigned )?(?:int|long|long long|short|char|unsig
                        r"(-?\d+)[uUlL]*$")
 _BOOL_CAST = re.compile(r"^\(bool\)([01])$")
 _LITERAL_SUFFIX = re.compile(r"^(-?\d+)[uUlL]+$")
+SHARED_MARKER = "[kvdiag-smem "
+_SHARED_TAIL = re.compile(r"\[kvdiag-smem (\?|\d+)\+(\?|\d+)\]")
 
 
 @dataclass(frozen=True)
@@ -39,9 +47,21 @@ class Launch:
     printed: str
     kernel: str
     line_no: int
+    static_smem: int | None = None      # the kernel's static shared memory in bytes; None: not said
+    dynamic_smem: int | None = None     # the launch's dynamic shared memory in bytes; None: not said
+
+    @property
+    def shared_memory(self) -> int | None:
+        """Bytes of shared memory the launch holds, or None when the line does not say both parts."""
+        if self.static_smem is None or self.dynamic_smem is None:
+            return None
+        return self.static_smem + self.dynamic_smem
 
     def to_dict(self) -> dict:
-        return {"printed": self.printed, "kernel": self.kernel, "line_no": self.line_no}
+        out = {"printed": self.printed, "kernel": self.kernel, "line_no": self.line_no}
+        if self.static_smem is not None or self.dynamic_smem is not None:
+            out.update(static_smem=self.static_smem, dynamic_smem=self.dynamic_smem)
+        return out
 
 
 def canonical_arg(arg: str) -> str:
@@ -78,8 +98,15 @@ def parse_launches(text: str) -> tuple[Launch, ...]:
         if at < 0:
             continue
         printed = line[at + len(LAUNCH_MARKER):].strip()
+        static = dynamic = None
+        at = printed.rfind(SHARED_MARKER)       # found from the end: linear on any line
+        if at > 0 and (sized := _SHARED_TAIL.fullmatch(printed, at)):
+            printed = printed[:at].rstrip()
+            static = None if sized.group(1) == "?" else int(sized.group(1))
+            dynamic = None if sized.group(2) == "?" else int(sized.group(2))
         if printed:
-            found.append(Launch(printed=printed, kernel=canonical(printed), line_no=line_no))
+            found.append(Launch(printed=printed, kernel=canonical(printed), line_no=line_no,
+                                static_smem=static, dynamic_smem=dynamic))
     return tuple(found)
 
 

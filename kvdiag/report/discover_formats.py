@@ -73,6 +73,15 @@ def time_line(result: DiscoverResult, most: int = 5) -> str | None:
             + (f", the other {len(ranked) - most} op/tool pair(s) {rest:.0f} s" if len(ranked) > most else ""))
 
 
+def routing_line(result: DiscoverResult) -> str | None:
+    """Which tools ran on fewer cases because they could not see the rest, and how many."""
+    routing = result.routing or {}
+    if not routing.get("routed"):
+        return f"routing: none ({routing['why']})" if routing.get("why") else None
+    return (f"routing: {routing['why']}: {routing.get('sanitized', 0)} case run(s) sanitized, "
+            f"{routing.get('spared', 0)} spared")
+
+
 def cut_lines(result: DiscoverResult) -> list[str]:
     cut = [r for r in result.records if r.state == CUT]
     lines = [f"cut: {r.tool} {r.op}({r.params}): {r.why}" for r in cut[:SHOW_CUT]]
@@ -91,6 +100,9 @@ def render_text(result: DiscoverResult) -> str:
     spent = time_line(result)
     if spent:
         out.append(spent)
+    routed = routing_line(result)
+    if routed:
+        out.append(routed)
     if result.program:
         out.append(f"program: {result.program.get('mode')} mode ({result.program.get('why')})"
                    + (f"; numeric test of the cases with findings: {len(result.numeric_runs)} process(es)"
@@ -109,8 +121,8 @@ def render_text(result: DiscoverResult) -> str:
 
 
 def render_markdown(result: DiscoverResult) -> str:
-    spent = time_line(result)
-    out = ["# kvdiag discover", "", totals_line(result), ""] + ([spent, ""] if spent else [])
+    notes = [line for line in (time_line(result), routing_line(result)) if line]
+    out = ["# kvdiag discover", "", totals_line(result), ""] + [f"{line}\n" for line in notes]
     if result.defects:
         out += [tabulate([_row(r, True) for r in result.defects], headers=HEADERS, tablefmt="github"), ""]
     if result.warnings:

@@ -17,7 +17,7 @@ from kvdiag.store.scans import check_format, save_document, span
 from kvdiag.store.sweeps import check_same_target
 
 DISCOVER_FORMAT = "kvdiag-discover/1"
-_STATES = ("clean", "findings", "aborted", "not-supported", "cut")
+_STATES = ("clean", "findings", "aborted", "not-supported", "spared", "cut")
 
 
 def is_discovery(data: Any) -> bool:

@@ -58,7 +58,7 @@ def test_sanitized_cases_run_in_launch_mode_and_only_the_cases_with_findings_run
     assert doc["program"]["mode"] == LAUNCH
     sanitized = [m for m in modes if " racecheck " in m]
     assert sanitized and all(m.startswith("launch ") for m in sanitized)
-    numeric = [m for m in modes if m.endswith((" none CPY", " none SOFT_MAX", " none ADD"))]
+    numeric = [m for m in modes if m.startswith("test none ")]
     # One test-mode process per op with findings (CPY's q4_0 pair, SOFT_MAX's two); ADD is clean: none.
     assert sorted(numeric) == ["test none CPY", "test none SOFT_MAX"]
     assert len(doc["numeric_runs"]) == 2 and all(r["why"] is None for r in doc["numeric_runs"])
@@ -68,8 +68,8 @@ def test_sanitized_cases_run_in_launch_mode_and_only_the_cases_with_findings_run
     by_params = {c["params"]: c for c in doc["cases"] if c["op"] == "CPY" and "q4_0" in c["params"]}
     big = by_params["type_src=f32,type_dst=q4_0,ne=[4096,4,1,1]"]
     assert (big["mode"], big["status"], big["numeric"]) == (LAUNCH, "OK", "FAIL")
-    clean = [c for c in doc["cases"] if c["state"] == "clean"]
-    assert clean and all(c["numeric"] is None for c in clean)       # a clean case needs no numeric run
+    quiet = [c for c in doc["cases"] if c["state"] in ("clean", "spared")]
+    assert quiet and all(c["numeric"] is None for c in quiet)       # a case without findings needs no numeric run
 
 
 def test_a_numeric_run_that_dies_leaves_its_cases_not_tested_never_passing(tmp_path, monkeypatch):
@@ -143,3 +143,45 @@ def test_a_merge_concatenates_the_shards_numeric_runs(tmp_path, monkeypatch):
     assert len(doc["numeric_runs"]) == sum(len(p["numeric_runs"]) for p in parts) >= 2
     cpy = next(r for r in doc["roots"] if r["site"] == "src/ggml-cuda/cpy.cu:57")
     assert (cpy["numeric_failed"], cpy["numeric_unchecked"]) == (1, 0)
+
+
+def test_racecheck_is_spared_the_cases_whose_launches_hold_no_shared_memory_listed_by_synccheck(tmp_path,
+                                                                                                 monkeypatch):
+    doc, modes, _ = discover(tmp_path, monkeypatch, "--tool", "racecheck,synccheck", "--ops", "CPY,ADD,MUL_MAT")
+    assert doc["routing"]["routed"] == ["racecheck"] and doc["routing"]["source"] == "synccheck"
+    assert not any(m.startswith("launch none ") for m in modes)        # synccheck listed: no route pass
+    racecheck = {c["params"]: c for c in doc["cases"] if c["tool"] == "racecheck"}
+    synccheck = {c["params"]: c for c in doc["cases"] if c["tool"] == "synccheck"}
+    assert len(racecheck) == len(synccheck) == 10                      # every case under both tools
+    spared = sorted(p for p, c in racecheck.items() if c["state"] == "spared")
+    # no shared memory: CPY to f16, ADD, MUL_MAT n=1; MUL_MAT n=9 called cuBLAS (unknown): sanitized
+    assert spared == ["type=f32,ne=[10,5,4,3],nr=[1,1,1,1]", "type=f32,ne=[16,10,1,1],nr=[2,1,1,1]",
+                      "type_a=f16,m=16,n=1,k=256", "type_a=f32,m=32,n=1,k=256",
+                      "type_src=f32,type_dst=f16,ne=[256,4,4,1]",
+                      "type_src=f32,type_dst=f16,ne=[32,4,1,1]"]
+    assert "its synccheck process listed 1 launch(es), none holding shared memory" in racecheck[spared[0]]["why"]
+    assert synccheck[spared[0]]["launches"] == 1 and synccheck[spared[0]]["shared_memory"] == 0
+    assert synccheck["type_a=f16,m=16,n=9,k=256"]["shared_memory"] is None
+    # the abort (n=7) printed no status under synccheck, so racecheck ran it too and it aborted there as well
+    assert racecheck["type_a=f16,m=16,n=7,k=250"]["state"] == "aborted"
+    assert racecheck["type_src=f32,type_dst=q4_0,ne=[32,4,1,1]"]["state"] == "findings"
+    assert doc["routing"]["spared"] == 6 and doc["routing"]["sanitized"] == 4
+    assert doc["totals"]["by_tool"]["racecheck"]["spared"] == 6 and doc["totals"]["cut"] == 0
+
+
+def test_no_route_sanitizes_every_case_and_says_so(tmp_path, monkeypatch):
+    doc, modes, _ = discover(tmp_path, monkeypatch, "--no-route")
+    assert doc["routing"] == {"routed": [], "source": None, "why": "--no-route: every case sanitized under every tool"}
+    assert not any(c["state"] == "spared" for c in doc["cases"])
+    assert not any(m.startswith("launch none ") for m in modes)
+
+
+def test_racecheck_alone_lists_the_launches_in_a_route_pass_without_a_sanitizer(tmp_path, monkeypatch):
+    doc, modes, _ = discover(tmp_path, monkeypatch)
+    assert doc["routing"]["source"] == "route"
+    route = [m for m in modes if m.startswith("launch none ")]
+    assert sorted(route) == ["launch none ADD", "launch none CPY", "launch none SOFT_MAX"]
+    assert {p["tool"] for p in doc["processes"]} == {"route", "racecheck"}
+    assert not any(c["tool"] == "route" for c in doc["cases"])           # the route pass judges nothing
+    sanitized = sorted(m for m in modes if " racecheck " in m)
+    assert sanitized == ["launch racecheck CPY", "launch racecheck SOFT_MAX"]   # ADD held no shared memory

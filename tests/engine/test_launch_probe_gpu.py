@@ -4,8 +4,8 @@ tests/scenarios/launch_probe/kernels.cu is built as a shared library with the sh
 libggml-cuda.so is, and launches one template kernel with `<<<>>>` and one with cudaLaunchKernelEx
 (ggml's PDL path on Hopper). The executable is linked as kvdiag links the probe's test-backend-ops
 (-rdynamic). What must hold where the real program will run: both launches are named, demangled,
-before they run; the kernels still run; and under compute-sanitizer the same (the tool hooks the
-driver, the probe the runtime).
+before they run, with the shared memory each holds (static, dynamic); the kernels still run; and
+under compute-sanitizer the same (the tool hooks the driver, the probe the runtime).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from gpu_checks import real_sanitizer
 from launch_probe_build import SCENARIO, build_main
 
 pytestmark = pytest.mark.gpu
-EXPECTED = ["kvdiag-launch: void tile_kernel<256, 4, false>(float*)", "kvdiag-launch: void ex_kernel<64>(float*)",
-            "launched both"]
+EXPECTED = ["kvdiag-launch: void tile_kernel<256, 4, false>(float*)  [kvdiag-smem 256+0]",
+            "kvdiag-launch: void ex_kernel<64>(float*)  [kvdiag-smem 0+128]", "launched both"]
 
 
 @pytest.fixture(scope="module")

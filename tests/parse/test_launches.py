@@ -44,6 +44,26 @@ def test_launch_lines_are_found_on_their_own_line_and_after_a_case_prefix():
     assert [(c.params, c.status) for c in report.cases] == [("hsk=256,nb=3", "OK"), ("hsk=256,nb=4", "OK")]
 
 
+def test_a_launch_line_may_say_the_shared_memory_it_holds_and_the_kernel_stays_the_same():
+    text = ("kvdiag-launch: void flash_attn_ext_f16<256, 256, 4, 4, false, false>(char const*, int)  "
+            "[kvdiag-smem 1024+36864]\n"
+            "kvdiag-launch: void k_bin_bcast<float>(float const*)  [kvdiag-smem 0+0]\n"
+            "kvdiag-launch: unsized_kernel()  [kvdiag-smem ?+128]\n"
+            "kvdiag-launch: void k<1>(int)\n"
+            "kvdiag-launch: void q<[kvdiag-smem 1+1]>(int)  [kvdiag-smem 7+8] \n"
+            "kvdiag-launch: void r<1>(int) [kvdiag-smem 7+x]\n"
+            "kvdiag-launch: cublasGemmEx  [kvdiag-smem ?+?]\n")
+    launches = parse_launches(text)
+    assert [(x.kernel, x.static_smem, x.dynamic_smem, x.shared_memory) for x in launches] == [
+        (K44, 1024, 36864, 37888), ("k_bin_bcast<float>", 0, 0, 0), ("unsized_kernel", None, 128, None),
+        ("k<1>", None, None, None), ("q<[kvdiag-smem 1+1]>", 7, 8, 15), ("r<1>", None, None, None),
+        ("cublasGemmEx", None, None, None)]
+    assert launches[0].printed == "void flash_attn_ext_f16<256, 256, 4, 4, false, false>(char const*, int)"
+    assert launches[0].to_dict()["static_smem"] == 1024 and "static_smem" not in launches[3].to_dict()
+    report = parse_backend_ops(text + "  ADD(type=f32): OK\n")
+    assert [(c.params, c.status) for c in report.cases] == [("type=f32", "OK")]
+
+
 def test_cuobjdump_lists_the_kernels_of_the_fatbin_and_not_the_inlined_tile():
     entries = cuobjdump_entries((SYMBOLS / "fattn-standin.cuobjdump-symbols.txt").read_text())
     assert "_Z18flash_attn_ext_f16ILi256ELi256ELi4ELi4ELb0ELb0EEvPfi" in entries and len(entries) == 6

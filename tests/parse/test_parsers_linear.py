@@ -70,7 +70,8 @@ PREFIXES = ["", "========= ", "=========     at ", "========= Invalid __global__
             "   FUNC 0 ENTRY ", "void k<"]
 PIECES = [" ", "  ", "\t", "x", ":", ": ", "(", ")", "[", "]", "] ", "<", ">", "{", "=", "==========", ",", "0x1",
           "+0x", " in ", "(1,", "OK ", "not supported [", "): ", " at ", "ERR = ", " > ", "A(", "x.cu:", "Error in ",
-          "\x00", "\xff", "\ufffd", "\x1b[", "\x1b]", "\r", "kvdiag-launch: ", "(int)", "[a] ", "\\"]
+          "\x00", "\xff", "\ufffd", "\x1b[", "\x1b]", "\r", "kvdiag-launch: ", "(int)", "[a] ", "\\",
+          "[kvdiag-smem ", "+1]", "?+"]
 
 unit = st.tuples(st.sampled_from(PREFIXES), st.lists(st.sampled_from(PIECES), min_size=1, max_size=4),
                  st.binary(max_size=8).map(lambda b: b.decode("utf-8", errors="replace")),

@@ -14,6 +14,10 @@ printed with it. What differs is what happens when a process cannot be trusted w
 * a case alone that aborts is judged ``aborted``: the abort is a finding of its own kind at its
   site, beside whatever the sanitizer printed first; a case alone that overruns its budget, or
   whose process could not start, is ``cut`` with the reason. Nothing is dropped.
+
+A process whose launches are listed (the launch probe's lines, for engine.discover.routing) gives each
+judged case the number of launch lines in its share and the most shared memory one held. A route
+unit (tool ``route``) runs its cases with no sanitizer at all, only to list them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from kvdiag.proc.sanitizer import SanitizerInvocation
 from kvdiag.proc.slots import SlotPool, scan_slots
 
 BATCH_TOOL_OPTIONS = ("--show-backtrace", "device")
+ROUTE = "route"         # a unit run with no sanitizer, only for its launch lines (engine.discover.routing)
 # A finding that destroys only its kernel lets the process go on to the batch's next case; racecheck's
 # hazards never end a kernel.
 DESTROYS = {"memcheck": "kernel", "synccheck": "kernel", "initcheck": "kernel"}
@@ -66,10 +71,16 @@ class Runner:
     memory_bytes: int | None = None
     cancel: Any = None                       # threading.Event set on Ctrl-C
     mode: str = "test"                       # "launch": the launch probe's GPU-only mode (engine.discover.program)
+    listed: frozenset[str] = frozenset()     # the tools (or ROUTE) whose processes print their launches
 
     def argv(self, unit: Unit) -> tuple[str, ...]:
         program = [str(self.binary), self.mode, "-o", unit.op, "-b", self.backend, "-p", case_regex(unit.cases)]
+        if unit.tool == ROUTE:
+            return tuple(program)
         return tool_invocation(unit.tool).argv(self.sanitizer, None, program)
+
+    def lists(self, unit: Unit) -> bool:
+        return unit.tool in self.listed
 
 
 @dataclass
@@ -102,14 +113,16 @@ def halves(unit: Unit, cases: Sequence[str]) -> list[Unit]:
 
 def run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> UnitOutcome:
     """Run ``unit`` in one process and judge each of its cases from its share (see the module)."""
-    env = {"CUDA_VISIBLE_DEVICES": visible_value(device)} if device is not None else None
+    env = {"CUDA_VISIBLE_DEVICES": visible_value(device)} if device is not None else {}
+    if runner.lists(unit):
+        env["KVDIAG_PRINT_LAUNCHES"] = "1"
     budget = runner.case_budget_s
     started = time.monotonic()
     pool = SlotPool(device_key(device) if device is not None else "gpu0", scan_slots(runner.memory_bytes))
     try:
         with pool.acquire(1, timeout=None):
             result = run_command(runner.argv(unit), timeout=budget * len(unit.cases), quiet_timeout=budget,
-                                 log_dir=runner.log_dir, name=name, env_overrides=env, tty=True,
+                                 log_dir=runner.log_dir, name=name, env_overrides=env or None, tty=True,
                                  cancel=runner.cancel)
     except CommandInterrupted:
         return _all_cut(unit, "interrupted (Ctrl-C) before it was judged", name, started)
@@ -122,10 +135,10 @@ def run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> Un
     if result.interrupted:
         return _all_cut(unit, "interrupted (Ctrl-C) before it was judged", name, started, log)
     text, cut = cut_long_lines(strip_ansi(result.stdout_text()))     # as every judged output (parse.text)
-    split = split_cases(text, unit.tool)
+    split = split_cases(text, None if unit.tool == ROUTE else unit.tool)
     outcome = judge_process(unit, split, text, name=name, log=log, wall_s=time.monotonic() - started,
                             timed_out=result.timed_out, ended=result.describe(), budget_s=budget,
-                            errors=cut_long_lines(strip_ansi(result.stderr_text()))[0])
+                            errors=cut_long_lines(strip_ansi(result.stderr_text()))[0], listed=runner.lists(unit))
     if cut:
         outcome.row["lines_cut"] = cut_note(cut)
     if runner.mode != "test":
@@ -134,10 +147,11 @@ def run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> Un
 
 
 def judge_process(unit: Unit, split: CaseSplit, text: str, *, name: str, log: str | None, wall_s: float,
-                  timed_out: bool, ended: str, budget_s: float, errors: str = "") -> UnitOutcome:
+                  timed_out: bool, ended: str, budget_s: float, errors: str = "", listed: bool = False) -> UnitOutcome:
     """The cases of one finished (or killed) process: judged, to run again, or cut; pure, so that
     recorded logs re-judge exactly as the run did. ``text``: its terminal (the cases' lines and the
-    sanitizer's report); ``errors``: its stderr (where ggml prints an abort)."""
+    sanitizer's report); ``errors``: its stderr (where ggml prints an abort); ``listed``: it printed
+    its launches, so each judged case's launch lines say what it launched."""
     out = UnitOutcome()
     finished = split.backend_ops.finished and not timed_out
     problems = list(split.problems())
@@ -147,14 +161,14 @@ def judge_process(unit: Unit, split: CaseSplit, text: str, *, name: str, log: st
         # One case in the process: every finding is its own, printed before its status or after it.
         case = unit.cases[0]
         out.records.append(_judged(unit, case, segments[case], log, share, findings=split.sanitizer.findings
-                                   if split.sanitizer is not None else None))
+                                   if split.sanitizer is not None else None, listed=listed))
         out.row = _row(unit, name, None, wall_s=wall_s, judged=1)
         return out
     if finished and not problems:
         missing = [case for case in unit.cases if segments[case] is None]
         for case in unit.cases:
             if segments[case] is not None:
-                out.records.append(_judged(unit, case, segments[case], log, share))
+                out.records.append(_judged(unit, case, segments[case], log, share, listed=listed))
         if missing and unit.alone:
             out.records.append(_cut(unit, missing[0], f"no status line of its own ({ended})", log, share))
         else:
@@ -174,7 +188,7 @@ def judge_process(unit: Unit, split: CaseSplit, text: str, *, name: str, log: st
     done = [case for case in unit.cases if segments[case] is not None]
     rest = [case for case in unit.cases if segments[case] is None]
     for case in done:
-        out.records.append(_judged(unit, case, segments[case], log, share))
+        out.records.append(_judged(unit, case, segments[case], log, share, listed=listed))
     why = f"over its budget ({budget_s:.0f} s a case): {ended}" if timed_out else f"the process ended early: {ended}"
     if rest and unit.alone and not done:
         out.records.append(_alone_ended(unit, split, errors + text, log, wall_s, timed_out, why))
@@ -207,12 +221,21 @@ def _report_whole(split: CaseSplit) -> bool:
     return report is None or (report.has_summary and not report.tool_errors and not report.not_printed)
 
 
-def _judged(unit: Unit, case: str, segment, log: str | None, share: float, findings=None) -> CaseRecord:
+def _judged(unit: Unit, case: str, segment, log: str | None, share: float, findings=None,
+            listed: bool = False) -> CaseRecord:
     findings = fold([from_sanitizer(f, unit.tool) for f in (segment.findings if findings is None else findings)])
     status = segment.case.status
     state = NOT_SUPPORTED if status == "NOT_SUPPORTED" else (FINDINGS if findings else CLEAN)
+    launches, shared = (len(segment.launches), most_shared_memory(segment.launches)) if listed else (None, None)
     return CaseRecord(tool=unit.tool, op=unit.op, params=case, state=state, status=status, findings=findings,
-                      log=log, lines=(segment.start_line, segment.end_line), duration_s=share, alone=unit.alone)
+                      log=log, lines=(segment.start_line, segment.end_line), duration_s=share, alone=unit.alone,
+                      launches=launches, shared_memory=shared)
+
+
+def most_shared_memory(launches) -> int | None:
+    """The most shared memory one launch held (0 for none launched); None when a launch did not say."""
+    sizes = [launch.shared_memory for launch in launches]
+    return None if None in sizes else max(sizes, default=0)
 
 
 def _cut(unit: Unit, case: str, why: str, log: str | None, share: float) -> CaseRecord:

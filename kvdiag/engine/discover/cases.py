@@ -1,10 +1,11 @@
 """One case under one tool, as discovery judged it: clean, with findings, aborted, refused, or cut.
 
 Discovery never drops a case. Every case it was asked to run ends in one ``CaseRecord``
-whose ``state`` says what happened, and a case that could not be judged is ``cut`` with
-the reason (its budget ran out alone, its process could not start, Ctrl-C). The totals of
-a discovery are counted from these records, so "judged" and "cut" always add up to the
-cases selected.
+whose ``state`` says what happened. A case that could not be judged is ``cut`` with the
+reason (its budget ran out alone, its process could not start, Ctrl-C); one a tool was not run
+on because the tool could not see it (racecheck on a case whose kernels hold no shared memory)
+is ``spared``, with the launches that say so. The totals of a discovery are counted from these
+records, so "judged" and "cut" always add up to the cases selected.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any, Mapping
 from kvdiag.engine.discover.findings import CaseFinding
 
 CLEAN, FINDINGS, ABORTED, NOT_SUPPORTED, CUT = "clean", "findings", "aborted", "not-supported", "cut"
-STATES = (CLEAN, FINDINGS, ABORTED, NOT_SUPPORTED, CUT)
+SPARED = "spared"       # not run under a tool that could not see it (engine.discover.routing says why)
+STATES = (CLEAN, FINDINGS, ABORTED, NOT_SUPPORTED, SPARED, CUT)
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class CaseRecord:
     alone: bool = False                          # judged in a process of its own
     mode: str = "test"                           # the program's mode: "test" compares with the CPU, "launch" does not
     numeric: str | None = None                   # the numeric test's status, from a run of its own (engine.discover.numeric)
+    launches: int | None = None                  # launch lines its process printed for it; None: not listed
+    shared_memory: int | None = None             # the most shared memory one of them held, in bytes; None: unknown
 
     @property
     def judged(self) -> bool:
@@ -60,7 +64,9 @@ class CaseRecord:
                 "status": self.status, "findings": [f.to_dict() for f in self.findings], "why": self.why,
                 "log": self.log, "lines": list(self.lines) if self.lines else None,
                 "duration_s": round(self.duration_s, 3), "alone": self.alone, "mode": self.mode,
-                "numeric": self.numeric}
+                "numeric": self.numeric,
+                **({"launches": self.launches, "shared_memory": self.shared_memory}
+                   if self.launches is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CaseRecord":
@@ -69,7 +75,8 @@ class CaseRecord:
                    status=data.get("status"), findings=tuple(CaseFinding.from_dict(f) for f in data.get("findings") or ()),
                    why=data.get("why"), log=data.get("log"), lines=tuple(lines) if lines else None,
                    duration_s=float(data.get("duration_s") or 0.0), alone=bool(data.get("alone")),
-                   mode=str(data.get("mode") or "test"), numeric=data.get("numeric"))
+                   mode=str(data.get("mode") or "test"), numeric=data.get("numeric"), launches=data.get("launches"),
+                   shared_memory=data.get("shared_memory"))
 
 
 @dataclass

@@ -42,6 +42,7 @@ class DiscoverResult:
     count_warnings: bool = False                      # --warnings: racecheck warning roots count as defects
     program: dict[str, Any] | None = None             # which test-backend-ops ran, in which mode (discover.program)
     numeric_runs: list[dict[str, Any]] = field(default_factory=list)  # the numeric test's processes (discover.numeric)
+    routing: dict[str, Any] = field(default_factory=dict)   # tools routed by shared memory (discover.routing)
 
     @property
     def defects(self) -> list[Root]:
@@ -64,6 +65,7 @@ class DiscoverResult:
                 "run_dir": str(self.run_dir) if self.run_dir else None,
                 "roots": [r.to_dict() for r in self.defects], "warnings": [r.to_dict() for r in self.warnings],
                 "processes": list(self.processes), "program": self.program, "numeric_runs": list(self.numeric_runs),
+                "routing": dict(self.routing),
                 "relative": dict(self.relative),
                 "source_lines": dict(self.source_lines), "cases": [r.to_dict() for r in self.records]}
 
@@ -95,6 +97,7 @@ def from_document(doc: Mapping[str, Any], entries: Sequence[Any] = ()) -> Discov
                             interrupted=bool(doc.get("interrupted")), started_at=str(doc.get("started_at") or ""),
                             target=doc.get("target"), shard=doc.get("shard"),
                             kvdiag_version=str(doc.get("kvdiag_version") or ""), registry=doc.get("registry"),
-                            program=doc.get("program"), numeric_runs=list(doc.get("numeric_runs") or ()))
+                            program=doc.get("program"), numeric_runs=list(doc.get("numeric_runs") or ()),
+                            routing=dict(doc.get("routing") or {}))
     result.roots = build_roots(records, relative, source_lines, entries)
     return result

@@ -22,12 +22,13 @@ from kvdiag import __version__
 from kvdiag.constants import SANITIZER_TOOLS
 from kvdiag.engine.verdict.devices import select_devices, visible_value
 from kvdiag.engine.scan.dispatch import dispatch
-from kvdiag.engine.discover.batch import Runner, Unit, UnitOutcome, run_unit
+from kvdiag.engine.discover.batch import ROUTE, Runner, Unit, UnitOutcome, run_unit
 from kvdiag.engine.discover.cases import CUT, CaseRecord
 from kvdiag.engine.discover.numeric import run_numeric
 from kvdiag.engine.discover.program import choose_program
 from kvdiag.engine.discover.result import DiscoverResult, build_roots
 from kvdiag.engine.discover.roots import relative_paths
+from kvdiag.engine.discover.routing import SharedMemoryRouter, plan_routing
 from kvdiag.engine.discover.space import SuiteSpace, list_suite
 from kvdiag.engine.verdict.target import controls_gate_provider
 from kvdiag.engine.scan.batch import MAX_BATCH, cases_per_pattern
@@ -45,6 +46,7 @@ from kvdiag.workspace.build import check_build_dir
 
 DISCOVER_FILE = "discover.json"
 CASE_BUDGET_S = 120.0
+ROUTE_BATCH = 256       # cases per route process: no sanitizer, about 0.06 s a case (docs/performance.md)
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".c", ".h", ".hpp", ".cc")
 _SKIP_DIRS = {".git", "build", "node_modules", "__pycache__"}
 
@@ -53,7 +55,7 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
                  ops: Sequence[str] = (), params: str | None = None, jobs: int | None = None,
                  case_budget_s: float = CASE_BUDGET_S, batch: int = 0, shard: Shard | None = None,
                  sanitizer: Path | None = None, devices: str | None = None, registry: str | None = None,
-                 program: str = "auto", progress: Progress | None = None) -> DiscoverResult:
+                 program: str = "auto", route: bool = True, progress: Progress | None = None) -> DiscoverResult:
     """Discover every root under ``tools`` (default: the trusted ones) over the suite's cases."""
     progress = progress or Progress()
     home = kvdiag_home()
@@ -65,7 +67,7 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
     try:
         result = _discover(run_dir, build_dir, home=home, entries=entries, tools=tools, ops=ops, params=params,
                            jobs=jobs, case_budget_s=case_budget_s, batch=batch, shard=shard, sanitizer=sanitizer,
-                           devices=devices, registry=registry, program=program, progress=progress)
+                           devices=devices, registry=registry, program=program, route=route, progress=progress)
         record = RunRecord(entry=None, status="interrupted" if result.interrupted else "finished", kind="discover",
                            fields={"totals": result.to_dict()["totals"], "roots": len(result.defects),
                                    "new_roots": len(result.new_roots), "file": DISCOVER_FILE})
@@ -83,7 +85,7 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
 
 
 def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, params, jobs, case_budget_s, batch,
-              shard, sanitizer, devices, registry, program, progress: Progress) -> DiscoverResult:
+              shard, sanitizer, devices, registry, program, route, progress: Progress) -> DiscoverResult:
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
     binary = target.build.binary("test-backend-ops") if target.build is not None else None
     missing = _missing(target, binary)
@@ -106,19 +108,32 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
     cancel = threading.Event()
     chosen_program = choose_program(target, binary, program)
     progress.say(f"discover: {chosen_program.describe()}")
+    routing = plan_routing(chosen_tools, chosen_program.mode, route=route)
+    progress.say(f"discover: {routing.why}")
     runner = Runner(binary=chosen_program.path, sanitizer=target.sanitizer, log_dir=run_dir.logs,
-                    case_budget_s=case_budget_s, memory_bytes=memory, cancel=cancel, mode=chosen_program.mode)
-    units = plan_units(space, chosen_tools, workers * max(1, len(chosen)), batch)
+                    case_budget_s=case_budget_s, memory_bytes=memory, cancel=cancel, mode=chosen_program.mode,
+                    listed=frozenset({routing.source}) if routing.active else frozenset())
+    all_workers = workers * max(1, len(chosen))
+    units = plan_units(space, [t for t in chosen_tools if t not in routing.routed] if routing.active else chosen_tools,
+                       all_workers, batch)
+    router = None
+    if routing.active:
+        router = SharedMemoryRouter(routing, dict(space.supported), mode=chosen_program.mode,
+                                    batch_size=lambda cases: batch_size(space.cases, all_workers, batch, cases))
+        if routing.source == ROUTE:
+            units = route_units(space) + units
     result = DiscoverResult(tools=chosen_tools, gates=gates, space=space.to_dict(), workers=workers,
                             case_budget_s=case_budget_s, started_at=utc_now(), target=target.to_dict(),
                             run_dir=run_dir.path, shard=shard.text if shard else None, kvdiag_version=__version__,
-                            registry=registry, program=chosen_program.to_dict())
+                            registry=registry, program=chosen_program.to_dict(), routing=routing.to_dict())
     progress.say(f"discover: {space.cases} case(s) of {len(space.supported)} op(s) under "
                  f"{', '.join(chosen_tools)}: {len(units)} process(es) to start, {workers} at a time"
                  + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else ""))
     started = time.monotonic()
     result.interrupted = run_units(units, runner, result, workers=workers, devices=chosen, cancel=cancel,
-                                   progress=progress, total=space.cases * len(chosen_tools))
+                                   progress=progress, total=space.cases * len(chosen_tools), router=router)
+    if router is not None:
+        result.routing.update(router.counts)
     if not result.interrupted:
         result.records, result.numeric_runs = run_numeric(
             result.records, binary=binary, log_dir=run_dir.logs, budget_s=case_budget_s, workers=workers,
@@ -154,17 +169,30 @@ def tool_gates(provider, asked: Sequence[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def batch_size(total: int, all_workers: int, batch: int, cases: Sequence[str]) -> int:
+    """Cases per process: ``batch``, or 0: as many as spread ``total`` cases evenly over the workers,
+    at most scan_batch.MAX_BATCH; never more than one -p regex holds."""
+    size = batch or max(1, min(MAX_BATCH, -(-max(1, total) // max(1, all_workers))))
+    return max(1, min(size, cases_per_pattern(cases)))
+
+
+def route_units(space: SuiteSpace) -> list[Unit]:
+    """Every case once with no sanitizer, listing its launches (engine.discover.routing), largest first."""
+    units: list[Unit] = []
+    for op, cases in space.supported.items():
+        size = max(1, min(ROUTE_BATCH, cases_per_pattern(cases)))
+        units += [Unit(ROUTE, op, tuple(cases[i:i + size])) for i in range(0, len(cases), size)]
+    return sorted(units, key=lambda u: -len(u.cases))
+
+
 def plan_units(space: SuiteSpace, tools: Sequence[str], all_workers: int, batch: int = 0) -> list[Unit]:
-    """The processes to start: each op's cases in batches (``batch`` cases, 0: as many as spread the
-    whole suite evenly over the workers, at most scan_batch.MAX_BATCH, and never more than one -p regex
-    holds); each tool's largest first, the tools in turn."""
-    total = max(1, space.cases)
+    """The processes to start: each op's cases in batches (batch_size); each tool's largest first, the
+    tools in turn."""
     per_tool: list[list[Unit]] = []
     for tool in tools:
         units: list[Unit] = []
         for op, cases in space.supported.items():
-            size = batch or max(1, min(MAX_BATCH, -(-total // max(1, all_workers))))
-            size = max(1, min(size, cases_per_pattern(cases)))
+            size = batch_size(space.cases, all_workers, batch, cases)
             units += [Unit(tool, op, tuple(cases[i:i + size])) for i in range(0, len(cases), size)]
         per_tool.append(sorted(units, key=lambda u: -len(u.cases)))
     # The tools take turns: a discovery cut short by a deadline has judged some of every tool's cases.
@@ -183,8 +211,11 @@ def unrun(space: SuiteSpace, tools: Sequence[str], records, interrupted: bool) -
 
 
 def run_units(units: Sequence[Unit], runner: Runner, result: DiscoverResult, *, workers: int, devices: Sequence[Any],
-              cancel: threading.Event, progress: Progress, total: int) -> bool:
-    """Every unit through engine.scan.dispatch; a unit's cases to run again go to the front of the queue."""
+              cancel: threading.Event, progress: Progress, total: int,
+              router: SharedMemoryRouter | None = None) -> bool:
+    """Every unit through engine.scan.dispatch; a unit's cases to run again go to the front of the queue,
+    and so do the routed tools' units as the router releases them. A route unit's records only feed the
+    router: they are no tool's judgement."""
     names = iter(range(1, 1 << 30))
     progress.begin("cases", total)
 
@@ -194,7 +225,13 @@ def run_units(units: Sequence[Unit], runner: Runner, result: DiscoverResult, *, 
 
     def finish(unit: Unit, outcome: UnitOutcome, device: Any) -> list[Unit]:
         take(outcome)
-        return outcome.again
+        if router is None:
+            return outcome.again
+        released, spared = router.take(outcome.records)
+        result.records.extend(spared)
+        for record in spared:
+            progress.advance(f"{record.tool} {record.state}: {record.op}({record.params})")
+        return outcome.again + released
 
     taken: set[int] = set()
 
@@ -203,10 +240,11 @@ def run_units(units: Sequence[Unit], runner: Runner, result: DiscoverResult, *, 
         if id(outcome) in taken:
             return
         taken.add(id(outcome))
-        result.records.extend(outcome.records)
+        judged = [r for r in outcome.records if r.tool != ROUTE]
+        result.records.extend(judged)
         if outcome.row:
             result.processes.append(outcome.row)
-        for record in outcome.records:
+        for record in judged:
             progress.advance(f"{record.tool} {record.state}: {record.op}({record.params})")
 
     try:

@@ -20,6 +20,11 @@ and appends its `-o`/`-p` to `<build>/invocations.log`. `launch` mode (the launc
 them the same way with no numeric comparison: CPY's FAIL prints OK; it and test mode append
 `<mode> <sanitizer tool or none> <-o>` to `<build>/modes.log`. With a file `<build>/numeric-aborts`,
 SOFT_MAX aborts in test mode when no sanitizer runs it (the numeric test's own run).
+
+With KVDIAG_PRINT_LAUNCHES set, `launch` mode prints the launch probe's line of each kernel a case
+launches, with the shared memory it holds (`LAUNCHES`): CPY to q4_0 and SOFT_MAX hold some (their
+races need it), CPY to f16, ADD and GET_ROWS none, MUL_MAT n=1 none, and the other MUL_MAT cases call
+cuBLAS, whose shared memory the probe cannot say.
 """
 import os
 import re
@@ -43,6 +48,27 @@ CPY_FN = "void cpy_f32_q<&quantize_block_q4_0, (int)32>(const char *, char *, in
 BLOCK_REDUCE = "float block_reduce<(block_reduce_method)0, (int)1024>(float, float *)"
 SOFT_MAX_FN = ("void soft_max_f32<(bool)1, (int)0, (int)0, float>(const float *, const float *, const float *, "
                "float *, soft_max_params)")
+
+
+LAUNCHES = {
+    ("CPY", "q4_0"): ["void cpy_f32_q<&quantize_block_q4_0, 32>(char const*, char*, int)  [kvdiag-smem 0+512]"],
+    ("CPY", "f16"): ["void cpy_scalar<&cpy_1_f32_f16>(char const*, char*, int)  [kvdiag-smem 0+0]"],
+    ("SOFT_MAX", ""): ["void soft_max_f32<true, 0, 0, float>(float const*, float*, soft_max_params)  "
+                       "[kvdiag-smem 128+4096]"],
+    ("ADD", ""): ["void k_bin_bcast<&op_add, float, float, float>(float const*, float*)  [kvdiag-smem 0+0]"],
+    ("MUL_MAT", "n=1,"): ["void mul_mat_vec_f<__half, float, 1, 256>(__half const*, float*)  [kvdiag-smem 0+0]"],
+    ("MUL_MAT", ""): ["void convert_unary<float, __half>(void const*, __half*)  [kvdiag-smem 0+0]",
+                      "cublasGemmEx  [kvdiag-smem ?+?]"],
+    ("GET_ROWS", ""): ["void k_get_rows_float<float, float>(float const*, float*)  [kvdiag-smem 0+0]"],
+}
+
+
+def print_launches(op: str, params: str, mode: str) -> None:
+    if mode != "launch" or not os.environ.get("KVDIAG_PRINT_LAUNCHES"):
+        return
+    lines = next(lines for (name, part), lines in LAUNCHES.items() if name == op and part in params)
+    for line in lines:
+        fakeops.out("kvdiag-launch: " + line)
 
 
 def tool() -> str:
@@ -99,6 +125,8 @@ def test_mode(mode: str = "test") -> None:
         if op == "SOFT_MAX" and mode == "test" and not tool() and (fakeops.BUILD / "numeric-aborts").exists():
             fakeops.err("/src/ggml/src/ggml-cuda/softmax.cu:99: GGML_ASSERT(false) failed")
             fakeops.die("SIGABRT")
+        if op != "SCALE":
+            print_launches(op, params, mode)
         if op == "GET_ROWS" and params.endswith("v=9"):
             while True:
                 time.sleep(60)

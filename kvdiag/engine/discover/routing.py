@@ -1,0 +1,126 @@
+"""Racecheck only where it can see: a case whose launches hold no shared memory is spared it.
+
+Racecheck detects hazards on shared memory and on nothing else, so a case none of whose kernels
+holds a byte of it (static or dynamic) cannot give it a finding: on ggml d99724f2, for instance,
+every CONV_2D and IM2COL_3D case (their kernels declare none; docs/performance.md has what it
+saves). Which kernels a case launches, and with how much shared memory, is decided by ggml-cuda's
+host code from the case's shapes and the GPU, identically with and without a
+sanitizer, and the launch probe prints both (``kvdiag-launch: <kernel>  [kvdiag-smem S+D]``).
+
+Where the launches come from: the processes of the first other tool asked for (synccheck,
+memcheck, initcheck: they run every case anyway, so listing costs nothing more), else a route
+pass that runs every case once with no sanitizer. An op's racecheck processes start as soon as the
+listing of its every case has ended, with the cases that need it:
+
+* a case whose every launch said its shared memory and none held any (or that launched nothing)
+  is ``spared`` under racecheck, its record saying whose process listed how many launches;
+* every other case is sanitized: a launch held shared memory, a launch did not say (an older
+  kernel lookup failed, or a cuBLAS call, whose own kernels the probe cannot see), or its listing
+  ended without a status (an abort, a budget overrun, a process that could not start).
+
+Routing needs the launch probe's program (``program`` mode ``launch``); the build's own program,
+or ``--no-route``, sanitizes every case under racecheck, and the result says which ran and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from kvdiag.engine.discover.batch import ROUTE, Unit
+from kvdiag.engine.discover.cases import CLEAN, FINDINGS, NOT_SUPPORTED, SPARED, CaseRecord
+
+#: the tools that see shared memory only
+SHARED_MEMORY_TOOLS = ("racecheck",)
+_LISTED_STATES = (CLEAN, FINDINGS, NOT_SUPPORTED)
+
+
+@dataclass(frozen=True)
+class RoutePlan:
+    """Which tools are routed, whose processes list the launches (a tool, or ROUTE), and why."""
+
+    routed: tuple[str, ...] = ()
+    source: str | None = None
+    why: str = ""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.routed) and self.source is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"routed": list(self.routed), "source": self.source, "why": self.why}
+
+
+def plan_routing(tools: Sequence[str], mode: str, *, route: bool = True) -> RoutePlan:
+    """Route the shared-memory tools among ``tools`` when the program prints launches (``launch`` mode)."""
+    routed = tuple(t for t in tools if t in SHARED_MEMORY_TOOLS)
+    if not routed:
+        return RoutePlan(why="no tool that sees only shared memory was asked for")
+    if not route:
+        return RoutePlan(why="--no-route: every case sanitized under every tool")
+    if mode != "launch":
+        return RoutePlan(why="not routed: the build's own program does not print its launches' shared memory "
+                             "(the launch probe's program could not be used)")
+    others = [t for t in tools if t not in routed]
+    source = others[0] if others else ROUTE
+    where = f"{source}'s processes" if others else "a route pass without a sanitizer"
+    return RoutePlan(routed, source, f"{', '.join(routed)} only on cases whose launches hold shared memory, the "
+                                     f"launches listed by {where}")
+
+
+@dataclass
+class SharedMemoryRouter:
+    """Holds each op's cases until its listing has ended, then hands out the routed tools' units for the
+    cases that need them and ``spared`` records for the others."""
+
+    plan: RoutePlan
+    ops: dict[str, tuple[str, ...]]                  # op -> its cases, in the suite's order
+    batch_size: Callable[[tuple[str, ...]], int]     # the cases per process for an op's cases
+    mode: str = "launch"
+    waiting: dict[str, set[str]] = field(default_factory=dict)
+    needing: dict[str, set[str]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=lambda: {"sanitized": 0, "spared": 0})
+
+    def __post_init__(self) -> None:
+        self.waiting = {op: set(cases) for op, cases in self.ops.items()}
+        self.needing = {op: set() for op in self.ops}
+
+    def take(self, records: Iterable[CaseRecord]) -> tuple[list[Unit], list[CaseRecord]]:
+        """The listing's records of one process -> (units to run now, spared records)."""
+        units: list[Unit] = []
+        spared: list[CaseRecord] = []
+        for record in records:
+            waiting = self.waiting.get(record.op)
+            if record.tool != self.plan.source or waiting is None or record.params not in waiting:
+                continue
+            waiting.discard(record.params)
+            if holds_no_shared_memory(record):
+                spared += [self._spared(tool, record) for tool in self.plan.routed]
+            else:
+                self.needing[record.op].add(record.params)
+            if not waiting:
+                units += self._units(record.op)
+        return units, spared
+
+    def _units(self, op: str) -> list[Unit]:
+        cases = tuple(c for c in self.ops[op] if c in self.needing[op])
+        if not cases:
+            return []
+        self.counts["sanitized"] += len(cases) * len(self.plan.routed)
+        size = max(1, self.batch_size(cases))
+        return [Unit(tool, op, cases[i:i + size]) for tool in self.plan.routed for i in range(0, len(cases), size)]
+
+    def _spared(self, tool: str, record: CaseRecord) -> CaseRecord:
+        self.counts["spared"] += 1
+        by = "the route pass" if record.tool == ROUTE else f"its {record.tool} process"
+        what = (f"{record.launches} launch(es), none holding shared memory" if record.launches
+                else "no kernel launched")
+        return CaseRecord(tool=tool, op=record.op, params=record.params, state=SPARED, status=record.status,
+                          why=f"not run under {tool}: {by} listed {what}; {tool} sees only shared memory",
+                          log=record.log, lines=record.lines, mode=self.mode, launches=record.launches,
+                          shared_memory=record.shared_memory)
+
+
+def holds_no_shared_memory(record: CaseRecord) -> bool:
+    """The case was listed to its status and none of its launches held shared memory."""
+    return record.state in _LISTED_STATES and record.launches is not None and record.shared_memory == 0
