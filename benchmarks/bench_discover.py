@@ -7,13 +7,17 @@ per op its wall, whether the cap cut it, and how many finding blocks it printed.
 the ratio (raw / discover), the ops with findings on either side, and what each cut.
 
     python3 benchmarks/bench_discover.py --build B --tool racecheck --ops CPY,SOFT_MAX,NORM \
-        [--raw-jobs 12 --raw-cap 45] [--skip-raw] [--programs plain,auto] --out bench.json
+        [--raw-jobs 12 --raw-cap 45] [--skip-raw] [--programs plain,auto,auto:no-route] --out bench.json
 
 ``--programs plain,auto`` runs discover once per program, one after the other (`--program` of
 `kvdiag discover`: the build's own test mode against the launch probe's GPU-only mode), and
 compares them (``compare``): per op whose every case both judged, the processes' summed walls and
 their ratio, and whether every case judged by both came out in the same state with the same
-findings (racecheck's hazard counts, which vary run to run, left out).
+findings (racecheck's hazard counts, which vary run to run, left out). ``auto:no-route`` is the
+launch probe's program with `--no-route` (every case sanitized under racecheck); against ``auto``
+(racecheck only where a launch holds shared memory) a case one arm spared agrees with the other
+arm's clean judgement, and ``spared_with_findings`` counts the cases one arm spared and the other
+found something in: routing is sound only if it is 0.
 
 The ops default to every op `test-backend-ops --list-ops` prints. Times are wall seconds on
 this machine; compare only numbers from one run (docs/performance.md).
@@ -59,17 +63,20 @@ def raw_op(sanitizer: str, binary: Path, tool: str, op: str, cap: float, logs: P
 
 
 def run_discover(build: Path, tool: str, ops: list[str], program: str, logs: Path) -> tuple[dict, dict]:
-    """One `kvdiag discover` over ``ops``: its row for the report, and its saved document."""
-    saved = logs / f"discover-{program}.json"
+    """One `kvdiag discover` over ``ops`` (``program``: a --program value, ``:no-route`` after it for
+    --no-route): its row for the report, and its saved document."""
+    name, _, route = program.partition(":")
+    saved = logs / f"discover-{name}{'-' + route if route else ''}.json"
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "kvdiag", "discover", "--build", str(build), "--tool", tool,
-                           "--ops", ",".join(ops), "--program", program, "--save", str(saved), "--format", "json"],
+                           "--ops", ",".join(ops), "--program", name, "--save", str(saved), "--format", "json",
+                           *(["--no-route"] if route == "no-route" else [])],
                           capture_output=True, text=True)
     wall = time.monotonic() - started
     doc = json.loads(saved.read_text()) if saved.is_file() else {}
     roots = doc.get("roots") or []
     return {"wall_s": round(wall, 2), "discover_wall_s": doc.get("wall_s"), "exit": done.returncode,
-            "program": doc.get("program"), "totals": doc.get("totals"),
+            "program": doc.get("program"), "routing": doc.get("routing"), "totals": doc.get("totals"),
             "roots": [{k: r.get(k) for k in ("tool", "kind", "site", "function", "cases", "ops")} for r in roots],
             "ops_with_findings": sorted({op for r in roots for op in r.get("ops") or {}}),
             "stderr_tail": done.stderr[-2000:]}, doc
@@ -88,8 +95,12 @@ def compare_arms(first: dict, second: dict, names: tuple[str, str] = ("first", "
         return out
 
     def what(case: dict) -> tuple:
-        return case["state"], sorted((f.get("kind"), f.get("file"), f.get("line"), f.get("function"), f.get("kernel"),
-                                      f.get("peer")) for f in case.get("findings") or ())
+        state = "clean" if case["state"] == "spared" else case["state"]      # spared: nothing the tool could see
+        return state, sorted((f.get("kind"), f.get("file"), f.get("line"), f.get("function"), f.get("kernel"),
+                              f.get("peer")) for f in case.get("findings") or ())
+
+    def spared_found(x: dict, y: dict) -> int:
+        return sum(1 for k in both if x[k]["state"] == "spared" and y[k].get("findings"))
 
     a, b = judged(first), judged(second)
     both = set(a) & set(b)
@@ -100,6 +111,9 @@ def compare_arms(first: dict, second: dict, names: tuple[str, str] = ("first", "
     sa, sb = seconds(first), seconds(second)
     return {"arms": list(names), "cases_judged_by_both": len(both),
             "agree": sum(1 for k in both if what(a[k]) == what(b[k])),
+            "spared": {names[0]: sum(1 for k in both if a[k]["state"] == "spared"),
+                       names[1]: sum(1 for k in both if b[k]["state"] == "spared")},
+            "spared_with_findings": spared_found(a, b) + spared_found(b, a),
             "ops_both_finished": {op: {names[0]: round(sa.get(op, 0.0), 1), names[1]: round(sb.get(op, 0.0), 1),
                                        "ratio": round(sb.get(op, 0.0) / sa[op], 3) if sa.get(op) else None}
                                   for op in sorted(whole)}}
