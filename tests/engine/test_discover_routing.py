@@ -45,17 +45,20 @@ def test_only_a_case_listed_to_its_status_with_no_shared_memory_is_spared():
     assert not holds_no_shared_memory(record("a", state=CUT, launches=None, shared=None))
 
 
-def test_an_op_is_released_once_every_case_of_it_was_listed_in_batches_of_its_size():
+def test_a_batch_goes_as_soon_as_it_is_full_and_an_ops_rest_once_its_listing_ended():
     plan = plan_routing(("racecheck", "synccheck"), "launch")
-    router = SharedMemoryRouter(plan, {"ADD": ("a", "b", "c", "d"), "CPY": ("x",)}, batch_size=lambda cases: 2)
+    router = SharedMemoryRouter(plan, {"ADD": ("a", "b", "c", "d", "e"), "CPY": ("x",)},
+                                batch_size=lambda cases: 2 if len(cases) == 5 else 99)
     units, spared = router.take([record("a", shared=16), record("b"), record("x", op="CPY", shared=None)])
-    assert units == [Unit("racecheck", "CPY", ("x",))]                   # CPY is whole; ADD waits for c and d
+    assert units == [Unit("racecheck", "CPY", ("x",))]                   # CPY is whole; ADD's batch is not full
     assert [(r.params, r.state, r.tool) for r in spared] == [("b", SPARED, "racecheck")]
     assert "its synccheck process listed 2 launch(es), none holding shared memory" in spared[0].why
     units, spared = router.take([record("d", state=CUT, launches=None, shared=None), record("c", shared=1),
                                  record("c", tool="racecheck")])         # another tool's record is not a listing
-    assert units == [Unit("racecheck", "ADD", ("a", "c")), Unit("racecheck", "ADD", ("d",))]
-    assert spared == [] and router.counts == {"sanitized": 4, "spared": 1}
+    assert units == [Unit("racecheck", "ADD", ("a", "d"))]              # full at d, before ADD's listing ended
+    units, spared = router.take([record("e")])                          # e spared, the listing ends: c goes
+    assert units == [Unit("racecheck", "ADD", ("c",))] and [r.params for r in spared] == ["e"]
+    assert router.counts == {"sanitized": 4, "spared": 2}
     assert router.take([record("a")]) == ([], [])                        # a case listed twice counts once
 
 
