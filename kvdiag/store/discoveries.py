@@ -82,11 +82,27 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "processes": [row for p in parts for row in p.get("processes") or []],
             "numeric_runs": [row for p in parts for row in p.get("numeric_runs") or []],
             "program": merged_program(parts),
+            "routing": merged_routing(parts),
             "relative": {k: v for p in parts for k, v in (p.get("relative") or {}).items()},
             "source_lines": {k: v for p in parts for k, v in (p.get("source_lines") or {}).items()},
             "cases": [c for p in parts for c in p["cases"]],
             "merged_from": [{"shard": p["shard"], "started_at": p.get("started_at"), "wall_s": p.get("wall_s"),
                              "cases": len(p["cases"])} for p in sorted(parts, key=lambda p: parse_shard(p["shard"]))]}
+
+
+def merged_routing(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Racecheck's routing over the shards (engine.discover.routing): the case runs sanitized and spared
+    added up, and the shards' reasons when they routed differently (one could not use the probe)."""
+    routings = [dict(p.get("routing") or {}) for p in parts]
+    counts = {key: sum(int(r.get(key) or 0) for r in routings) for key in ("sanitized", "spared")}
+    plans = {(tuple(r.get("routed") or ()), r.get("source"), r.get("why")) for r in routings}
+    if len(plans) == 1:
+        routed, source, why = plans.pop()
+        return {"routed": list(routed), "source": source, "why": why, **(counts if routed else {})}
+    said = "; ".join(f"shard {p.get('shard')}: {(p.get('routing') or {}).get('why') or 'not recorded'}"
+                     for p in sorted(parts, key=lambda p: parse_shard(p["shard"])))
+    routed = sorted({t for r in routings for t in r.get("routed") or ()})
+    return {"routed": routed, "source": "mixed", "why": f"the shards routed differently ({said})", **counts}
 
 
 def merged_program(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

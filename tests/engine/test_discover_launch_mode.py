@@ -133,7 +133,7 @@ def test_a_merge_concatenates_the_shards_numeric_runs(tmp_path, monkeypatch):
     for index in (1, 2):
         part = tmp_path / f"part{index}.json"
         main(["--registry", str(kv.registry_dir), "discover", "--build", str(build), "-j", "2", "--case-budget", "3",
-              "--ops", "CPY,SOFT_MAX", "--shard", f"{index}/2", "--save", str(part), "--format", "json"])
+              "--ops", "CPY,SOFT_MAX,ADD", "--shard", f"{index}/2", "--save", str(part), "--format", "json"])
         parts.append(json.loads(part.read_text()))
     merged = tmp_path / "merged.json"
     main(["--registry", str(kv.registry_dir), "merge", *(str(tmp_path / f"part{i}.json") for i in (1, 2)),
@@ -143,6 +143,22 @@ def test_a_merge_concatenates_the_shards_numeric_runs(tmp_path, monkeypatch):
     assert len(doc["numeric_runs"]) == sum(len(p["numeric_runs"]) for p in parts) >= 2
     cpy = next(r for r in doc["roots"] if r["site"] == "src/ggml-cuda/cpy.cu:57")
     assert (cpy["numeric_failed"], cpy["numeric_unchecked"]) == (1, 0)
+    # racecheck's routing added up over the shards: CPY to f16 and ADD spared (4), CPY to q4_0 and SOFT_MAX not
+    assert doc["routing"]["source"] == "route" and (doc["routing"]["spared"], doc["routing"]["sanitized"]) == (4, 4)
+    assert sum(p["routing"]["spared"] for p in parts) == 4
+
+
+def test_merged_routing_says_when_the_shards_routed_differently():
+    from kvdiag.store.discoveries import merged_routing
+
+    routed = {"routed": ["racecheck"], "source": "synccheck", "why": "routed", "sanitized": 3, "spared": 5}
+    plain = {"routed": [], "source": None, "why": "not routed: the build's own program …"}
+    assert merged_routing([{"shard": "1/2", "routing": routed}, {"shard": "2/2", "routing": routed}]) == {
+        **routed, "sanitized": 6, "spared": 10}
+    mixed = merged_routing([{"shard": "2/2", "routing": plain}, {"shard": "1/2", "routing": routed}])
+    assert (mixed["source"], mixed["sanitized"], mixed["spared"]) == ("mixed", 3, 5)
+    assert mixed["why"] == ("the shards routed differently (shard 1/2: routed; shard 2/2: not routed: the build's "
+                            "own program …)")
 
 
 def test_racecheck_is_spared_the_cases_whose_launches_hold_no_shared_memory_listed_by_synccheck(tmp_path,
