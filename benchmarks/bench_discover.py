@@ -17,7 +17,8 @@ findings (racecheck's hazard counts, which vary run to run, left out). ``auto:no
 launch probe's program with `--no-route` (every case sanitized under racecheck); against ``auto``
 (racecheck only where a launch holds shared memory) a case one arm spared agrees with the other
 arm's clean judgement, and ``spared_with_findings`` counts the cases one arm spared and the other
-found something in: routing is sound only if it is 0.
+found something in: routing is sound only if it is 0. ``:backtrace-no`` adds `--backtrace no`
+(records without device frames); suffixes combine (``auto:no-route:backtrace-no``).
 
 The ops default to every op `test-backend-ops --list-ops` prints. Times are wall seconds on
 this machine; compare only numbers from one run (docs/performance.md).
@@ -36,6 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+ARM_FLAGS = {"no-route": ("--no-route",), "backtrace-no": ("--backtrace", "no")}
 FINDING = re.compile(r"={9} (?:Error|Warning|Invalid|Barrier error|Uninitialized|Race reported)")
 
 
@@ -63,14 +65,17 @@ def raw_op(sanitizer: str, binary: Path, tool: str, op: str, cap: float, logs: P
 
 
 def run_discover(build: Path, tool: str, ops: list[str], program: str, logs: Path) -> tuple[dict, dict]:
-    """One `kvdiag discover` over ``ops`` (``program``: a --program value, ``:no-route`` after it for
-    --no-route): its row for the report, and its saved document."""
-    name, _, route = program.partition(":")
-    saved = logs / f"discover-{name}{'-' + route if route else ''}.json"
+    """One `kvdiag discover` over ``ops`` (``program``: a --program value, then ``:no-route`` and/or
+    ``:backtrace-no``): its row for the report, and its saved document."""
+    name, *suffixes = program.split(":")
+    unknown = set(suffixes) - set(ARM_FLAGS)
+    if unknown:
+        raise SystemExit(f"--programs {program}: unknown suffix {sorted(unknown)} (known: {', '.join(ARM_FLAGS)})")
+    saved = logs / f"discover-{'-'.join([name, *suffixes])}.json"
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "kvdiag", "discover", "--build", str(build), "--tool", tool,
                            "--ops", ",".join(ops), "--program", name, "--save", str(saved), "--format", "json",
-                           *(["--no-route"] if route == "no-route" else [])],
+                           *[flag for s in suffixes for flag in ARM_FLAGS[s]]],
                           capture_output=True, text=True)
     wall = time.monotonic() - started
     doc = json.loads(saved.read_text()) if saved.is_file() else {}

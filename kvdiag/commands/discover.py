@@ -83,12 +83,16 @@ def _ops(value: str | None) -> tuple[str, ...]:
               help="Run racecheck only on the cases whose launches hold shared memory (the only memory it "
                    "checks), the launches listed by the other tools' processes or by a pass without a sanitizer; "
                    "needs the launch probe's program. --no-route sanitizes every case under racecheck.")
+@click.option("--backtrace", type=click.Choice(["device", "no"]), default="device", show_default=True,
+              help="The sanitizer's --show-backtrace: no prints each record without its device frames (fewer "
+                   "lines a record, where a defect prints one per thread); the kernels column then names an "
+                   "inlined function itself.")
 @click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the processes over.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif", "html"]), default="text",
               show_default=True)
 @click.pass_obj
 def discover_cmd(ctx, build_dir, tool_list, op_list, params, jobs, batch, case_budget, shard, save, draft_into,
-                 with_warnings, new_only, sanitizer, program, route, devices, fmt) -> int:
+                 with_warnings, new_only, sanitizer, program, route, backtrace, devices, fmt) -> int:
     from kvdiag.engine.discover.session import run_discover
     from kvdiag.fileio import prepare_output, written_as
     from kvdiag.report.discover_formats import exit_code, render
@@ -107,7 +111,7 @@ def discover_cmd(ctx, build_dir, tool_list, op_list, params, jobs, batch, case_b
             result = run_discover(build_dir, entries=registry.entries, tools=tools, ops=ops, params=params,
                                   jobs=jobs, case_budget_s=case_budget, batch=batch, shard=chosen,
                                   sanitizer=sanitizer, devices=devices, registry=str(registry.root),
-                                  program=program, route=route, progress=progress)
+                                  program=program, route=route, backtrace=backtrace, progress=progress)
     except ScanNotRun as exc:
         from kvdiag.records.verdict import Verdict
 

@@ -103,6 +103,9 @@ def render_text(result: DiscoverResult) -> str:
     routed = routing_line(result)
     if routed:
         out.append(routed)
+    if result.backtrace != "device":
+        out.append(f"backtrace: {result.backtrace} (records without device frames: an inlined function names itself "
+                   "as its kernel)")
     if result.program:
         out.append(f"program: {result.program.get('mode')} mode ({result.program.get('why')})"
                    + (f"; numeric test of the cases with findings: {len(result.numeric_runs)} process(es)"

@@ -201,3 +201,15 @@ def test_racecheck_alone_lists_the_launches_in_a_route_pass_without_a_sanitizer(
     assert not any(c["tool"] == "route" for c in doc["cases"])           # the route pass judges nothing
     sanitized = sorted(m for m in modes if " racecheck " in m)
     assert sanitized == ["launch racecheck CPY", "launch racecheck SOFT_MAX"]   # ADD held no shared memory
+
+
+def test_backtrace_no_asks_the_sanitizer_for_records_without_device_frames(tmp_path, monkeypatch):
+    doc, _, _ = discover(tmp_path, monkeypatch, "--backtrace", "no", "--ops", "SOFT_MAX")
+    assert doc["backtrace"] == "no"
+    logs = Path(doc["run_dir"]) / "logs"
+    argv = json.loads((logs / "racecheck-00002.cmd.json").read_text())["argv"]
+    assert argv[argv.index("--show-backtrace") + 1] == "no"
+    (tmp_path / "default").mkdir()
+    default, _, _ = discover(tmp_path / "default", monkeypatch, "--ops", "SOFT_MAX")
+    argv = json.loads((Path(default["run_dir"]) / "logs" / "racecheck-00002.cmd.json").read_text())["argv"]
+    assert argv[argv.index("--show-backtrace") + 1] == "device" and default["backtrace"] == "device"

@@ -38,7 +38,7 @@ from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.proc.sanitizer import SanitizerInvocation
 from kvdiag.proc.slots import SlotPool, scan_slots
 
-BATCH_TOOL_OPTIONS = ("--show-backtrace", "device")
+BACKTRACES = ("device", "no")  # --show-backtrace: each record's device frames, or none (fewer lines a record)
 ROUTE = "route"         # a unit run with no sanitizer, only for its launch lines (engine.discover.routing)
 # A finding that destroys only its kernel lets the process go on to the batch's next case; racecheck's
 # hazards never end a kernel.
@@ -72,12 +72,13 @@ class Runner:
     cancel: Any = None                       # threading.Event set on Ctrl-C
     mode: str = "test"                       # "launch": the launch probe's GPU-only mode (engine.discover.program)
     listed: frozenset[str] = frozenset()     # the tools (or ROUTE) whose processes print their launches
+    backtrace: str = "device"                # one of BACKTRACES
 
     def argv(self, unit: Unit) -> tuple[str, ...]:
         program = [str(self.binary), self.mode, "-o", unit.op, "-b", self.backend, "-p", case_regex(unit.cases)]
         if unit.tool == ROUTE:
             return tuple(program)
-        return tool_invocation(unit.tool).argv(self.sanitizer, None, program)
+        return tool_invocation(unit.tool, self.backtrace).argv(self.sanitizer, None, program)
 
     def lists(self, unit: Unit) -> bool:
         return unit.tool in self.listed
@@ -90,8 +91,11 @@ class UnitOutcome:
     row: dict[str, Any] = field(default_factory=dict)
 
 
-def tool_invocation(tool: str) -> SanitizerInvocation:
-    return SanitizerInvocation(tool=tool, options=BATCH_TOOL_OPTIONS, print_limit=0,
+def tool_invocation(tool: str, backtrace: str = "device") -> SanitizerInvocation:
+    """Every record printed (``--print-limit 0``), with its device frames unless ``backtrace`` is "no":
+    a record without frames names its reporting function as its kernel (engine.discover.findings), so
+    an inlined device function's kernel is not known; roots, matching and drafts use the function."""
+    return SanitizerInvocation(tool=tool, options=("--show-backtrace", backtrace), print_limit=0,
                                destroy_on_device_error=DESTROYS.get(tool))
 
 

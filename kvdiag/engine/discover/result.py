@@ -43,6 +43,7 @@ class DiscoverResult:
     program: dict[str, Any] | None = None             # which test-backend-ops ran, in which mode (discover.program)
     numeric_runs: list[dict[str, Any]] = field(default_factory=list)  # the numeric test's processes (discover.numeric)
     routing: dict[str, Any] = field(default_factory=dict)   # tools routed by shared memory (discover.routing)
+    backtrace: str = "device"                          # the sanitizer's --show-backtrace (discover.batch)
 
     @property
     def defects(self) -> list[Root]:
@@ -65,7 +66,7 @@ class DiscoverResult:
                 "run_dir": str(self.run_dir) if self.run_dir else None,
                 "roots": [r.to_dict() for r in self.defects], "warnings": [r.to_dict() for r in self.warnings],
                 "processes": list(self.processes), "program": self.program, "numeric_runs": list(self.numeric_runs),
-                "routing": dict(self.routing),
+                "routing": dict(self.routing), "backtrace": self.backtrace,
                 "relative": dict(self.relative),
                 "source_lines": dict(self.source_lines), "cases": [r.to_dict() for r in self.records]}
 
@@ -98,6 +99,6 @@ def from_document(doc: Mapping[str, Any], entries: Sequence[Any] = ()) -> Discov
                             target=doc.get("target"), shard=doc.get("shard"),
                             kvdiag_version=str(doc.get("kvdiag_version") or ""), registry=doc.get("registry"),
                             program=doc.get("program"), numeric_runs=list(doc.get("numeric_runs") or ()),
-                            routing=dict(doc.get("routing") or {}))
+                            routing=dict(doc.get("routing") or {}), backtrace=str(doc.get("backtrace") or "device"))
     result.roots = build_roots(records, relative, source_lines, entries)
     return result

@@ -55,7 +55,8 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
                  ops: Sequence[str] = (), params: str | None = None, jobs: int | None = None,
                  case_budget_s: float = CASE_BUDGET_S, batch: int = 0, shard: Shard | None = None,
                  sanitizer: Path | None = None, devices: str | None = None, registry: str | None = None,
-                 program: str = "auto", route: bool = True, progress: Progress | None = None) -> DiscoverResult:
+                 program: str = "auto", route: bool = True, backtrace: str = "device",
+                 progress: Progress | None = None) -> DiscoverResult:
     """Discover every root under ``tools`` (default: the trusted ones) over the suite's cases."""
     progress = progress or Progress()
     home = kvdiag_home()
@@ -67,7 +68,8 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
     try:
         result = _discover(run_dir, build_dir, home=home, entries=entries, tools=tools, ops=ops, params=params,
                            jobs=jobs, case_budget_s=case_budget_s, batch=batch, shard=shard, sanitizer=sanitizer,
-                           devices=devices, registry=registry, program=program, route=route, progress=progress)
+                           devices=devices, registry=registry, program=program, route=route, backtrace=backtrace,
+                           progress=progress)
         record = RunRecord(entry=None, status="interrupted" if result.interrupted else "finished", kind="discover",
                            fields={"totals": result.to_dict()["totals"], "roots": len(result.defects),
                                    "new_roots": len(result.new_roots), "file": DISCOVER_FILE})
@@ -85,7 +87,7 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
 
 
 def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, params, jobs, case_budget_s, batch,
-              shard, sanitizer, devices, registry, program, route, progress: Progress) -> DiscoverResult:
+              shard, sanitizer, devices, registry, program, route, backtrace, progress: Progress) -> DiscoverResult:
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
     binary = target.build.binary("test-backend-ops") if target.build is not None else None
     missing = _missing(target, binary)
@@ -112,7 +114,7 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
     progress.say(f"discover: {routing.why}")
     runner = Runner(binary=chosen_program.path, sanitizer=target.sanitizer, log_dir=run_dir.logs,
                     case_budget_s=case_budget_s, memory_bytes=memory, cancel=cancel, mode=chosen_program.mode,
-                    listed=frozenset({routing.source}) if routing.active else frozenset())
+                    listed=frozenset({routing.source}) if routing.active else frozenset(), backtrace=backtrace)
     all_workers = workers * max(1, len(chosen))
     units = plan_units(space, [t for t in chosen_tools if t not in routing.routed] if routing.active else chosen_tools,
                        all_workers, batch)
@@ -125,7 +127,8 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
     result = DiscoverResult(tools=chosen_tools, gates=gates, space=space.to_dict(), workers=workers,
                             case_budget_s=case_budget_s, started_at=utc_now(), target=target.to_dict(),
                             run_dir=run_dir.path, shard=shard.text if shard else None, kvdiag_version=__version__,
-                            registry=registry, program=chosen_program.to_dict(), routing=routing.to_dict())
+                            registry=registry, program=chosen_program.to_dict(), routing=routing.to_dict(),
+                            backtrace=backtrace)
     progress.say(f"discover: {space.cases} case(s) of {len(space.supported)} op(s) under "
                  f"{', '.join(chosen_tools)}: {len(units)} process(es) to start, {workers} at a time"
                  + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else ""))
