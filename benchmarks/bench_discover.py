@@ -64,7 +64,8 @@ def raw_op(sanitizer: str, binary: Path, tool: str, op: str, cap: float, logs: P
             "findings": len(FINDING.findall(text))}
 
 
-def run_discover(build: Path, tool: str, ops: list[str], program: str, logs: Path) -> tuple[dict, dict]:
+def run_discover(build: Path, tool: str, ops: list[str], program: str, logs: Path,
+                 params: str | None = None) -> tuple[dict, dict]:
     """One `kvdiag discover` over ``ops`` (``program``: a --program value, then ``:no-route`` and/or
     ``:backtrace-no``): its row for the report, and its saved document."""
     name, *suffixes = program.split(":")
@@ -75,7 +76,8 @@ def run_discover(build: Path, tool: str, ops: list[str], program: str, logs: Pat
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "kvdiag", "discover", "--build", str(build), "--tool", tool,
                            "--ops", ",".join(ops), "--program", name, "--save", str(saved), "--format", "json",
-                           *[flag for s in suffixes for flag in ARM_FLAGS[s]]],
+                           *[flag for s in suffixes for flag in ARM_FLAGS[s]],
+                           *(["--params", params] if params else [])],
                           capture_output=True, text=True)
     wall = time.monotonic() - started
     doc = json.loads(saved.read_text()) if saved.is_file() else {}
@@ -129,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", type=Path, required=True)
     ap.add_argument("--tool", default="racecheck")
     ap.add_argument("--ops", help="comma-separated; default: every op of --list-ops")
+    ap.add_argument("--params", help="discover's --params (the raw way runs every case of its ops)")
     ap.add_argument("--raw-jobs", type=int, default=12)
     ap.add_argument("--raw-cap", type=float, default=45.0)
     ap.add_argument("--skip-raw", action="store_true")
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                          "ops_with_findings": [r["op"] for r in rows if r["findings"]], "per_op": rows}
     docs: dict[str, dict] = {}
     for program in args.programs.split(","):
-        arm, docs[program] = run_discover(args.build, args.tool, ops, program, logs)
+        arm, docs[program] = run_discover(args.build, args.tool, ops, program, logs, args.params)
         report.setdefault("discover", arm)                 # the first arm, as before --programs
         report.setdefault("programs", {})[program] = arm
     wall = report["discover"]["wall_s"]
