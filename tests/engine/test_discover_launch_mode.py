@@ -213,3 +213,13 @@ def test_backtrace_no_asks_the_sanitizer_for_records_without_device_frames(tmp_p
     default, _, _ = discover(tmp_path / "default", monkeypatch, "--ops", "SOFT_MAX")
     argv = json.loads((Path(default["run_dir"]) / "logs" / "racecheck-00002.cmd.json").read_text())["argv"]
     assert argv[argv.index("--show-backtrace") + 1] == "device" and default["backtrace"] == "device"
+
+
+def test_a_program_whose_launches_the_probe_cannot_see_spares_nothing(tmp_path, monkeypatch):
+    """No launch line at all is not "launched nothing": every case is sanitized under racecheck."""
+    doc, modes, _ = discover(tmp_path, monkeypatch, "--tool", "racecheck,synccheck", "--ops", "CPY,ADD",
+                             staged=lambda build: (build / "blind-launches").write_text(""))
+    racecheck = [c for c in doc["cases"] if c["tool"] == "racecheck"]
+    assert len(racecheck) == 6 and not any(c["state"] == "spared" for c in racecheck)
+    assert (doc["routing"]["spared"], doc["routing"]["sanitized"]) == (0, 6)
+    assert {m for m in modes if " racecheck " in m} == {"launch racecheck ADD", "launch racecheck CPY"}

@@ -36,7 +36,9 @@ def record(params: str, state: str = CLEAN, launches: int | None = 2, shared: in
 
 def test_only_a_case_listed_to_its_status_with_no_shared_memory_is_spared():
     assert holds_no_shared_memory(record("a"))
-    assert holds_no_shared_memory(record("a", launches=0))               # launched nothing
+    assert not holds_no_shared_memory(record("a", launches=0, shared=0))  # no launch seen: the probe may be blind
+    failed = CaseRecord(tool="synccheck", op="ADD", params="a", state=CLEAN, status="FAIL", launches=2, shared_memory=0)
+    assert not holds_no_shared_memory(failed)                            # did not end OK: its listing may stop short
     assert holds_no_shared_memory(record("a", state=FINDINGS))           # synccheck's finding: racecheck still blind
     assert not holds_no_shared_memory(record("a", shared=48))
     assert not holds_no_shared_memory(record("a", shared=None))          # a launch that did not say (cuBLAS)
@@ -64,9 +66,9 @@ def test_a_batch_goes_as_soon_as_it_is_full_and_an_ops_rest_once_its_listing_end
 
 def test_a_route_pass_names_itself_in_the_reason():
     router = SharedMemoryRouter(plan_routing(("racecheck",), "launch"), {"ADD": ("a",)}, batch_size=lambda c: 32)
-    units, spared = router.take([record("a", tool=ROUTE, launches=0)])
-    assert units == [] and spared[0].why == ("not run under racecheck: the route pass listed no kernel launched; "
-                                            "racecheck sees only shared memory")
+    units, spared = router.take([record("a", tool=ROUTE, launches=3)])
+    assert units == [] and spared[0].why == ("not run under racecheck: the route pass listed 3 launch(es), none "
+                                            "holding shared memory; racecheck sees only shared memory")
 
 
 def test_the_benchmark_counts_a_spared_case_the_other_arm_found_something_in():

@@ -13,11 +13,14 @@ pass that runs every case once with no sanitizer. An op's racecheck process star
 batch of its cases needs it (the batch size a plan without routing gives that op), and the rest of
 the op's cases once the listing of its every case has ended; a case needs it unless spared:
 
-* a case whose every launch said its shared memory and none held any (or that launched nothing)
-  is ``spared`` under racecheck, its record saying whose process listed how many launches;
-* every other case is sanitized: a launch held shared memory, a launch did not say (an older
-  kernel lookup failed, or a cuBLAS call, whose own kernels the probe cannot see), or its listing
-  ended without a status (an abort, a budget overrun, a process that could not start).
+* a case that ran (status OK), listed at least one launch, and whose every launch said its shared
+  memory and held none is ``spared`` under racecheck, its record saying whose process listed how
+  many launches;
+* every other case is sanitized: a launch held shared memory, a launch did not say (the kernel
+  lookup failed, or a cuBLAS call, whose own kernels the probe cannot see), it listed no launch at
+  all (a program whose launches the probe cannot see, such as one linked with the static CUDA
+  runtime, lists none, which must not read as "launched nothing"), it did not end OK, or its
+  listing ended without a status (an abort, a budget overrun, a process that could not start).
 
 Routing needs the launch probe's program (``program`` mode ``launch``); the build's own program,
 or ``--no-route``, sanitizes every case under racecheck, and the result says which ran and why.
@@ -29,11 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from kvdiag.engine.discover.batch import ROUTE, Unit
-from kvdiag.engine.discover.cases import CLEAN, FINDINGS, NOT_SUPPORTED, SPARED, CaseRecord
+from kvdiag.engine.discover.cases import CLEAN, FINDINGS, SPARED, CaseRecord
 
 #: the tools that see shared memory only
 SHARED_MEMORY_TOOLS = ("racecheck",)
-_LISTED_STATES = (CLEAN, FINDINGS, NOT_SUPPORTED)
+_LISTED_STATES = (CLEAN, FINDINGS)
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,7 @@ class SharedMemoryRouter:
     def _spared(self, tool: str, record: CaseRecord) -> CaseRecord:
         self.counts["spared"] += 1
         by = "the route pass" if record.tool == ROUTE else f"its {record.tool} process"
-        what = (f"{record.launches} launch(es), none holding shared memory" if record.launches
-                else "no kernel launched")
+        what = f"{record.launches} launch(es), none holding shared memory"
         return CaseRecord(tool=tool, op=record.op, params=record.params, state=SPARED, status=record.status,
                           why=f"not run under {tool}: {by} listed {what}; {tool} sees only shared memory",
                           log=record.log, lines=record.lines, mode=self.mode, launches=record.launches,
@@ -126,5 +128,6 @@ class SharedMemoryRouter:
 
 
 def holds_no_shared_memory(record: CaseRecord) -> bool:
-    """The case was listed to its status and none of its launches held shared memory."""
-    return record.state in _LISTED_STATES and record.launches is not None and record.shared_memory == 0
+    """The case ran OK, listed at least one launch, and none of its launches held shared memory."""
+    return (record.state in _LISTED_STATES and record.status == "OK" and bool(record.launches)
+            and record.shared_memory == 0)

@@ -24,7 +24,8 @@ SOFT_MAX aborts in test mode when no sanitizer runs it (the numeric test's own r
 With KVDIAG_PRINT_LAUNCHES set, `launch` mode prints the launch probe's line of each kernel a case
 launches, with the shared memory it holds (`LAUNCHES`): CPY to q4_0 and SOFT_MAX hold some (their
 races need it), CPY to f16, ADD and GET_ROWS none, MUL_MAT n=1 none, and the other MUL_MAT cases call
-cuBLAS, whose shared memory the probe cannot say.
+cuBLAS, whose shared memory the probe cannot say. With a file `<build>/blind-launches` it prints
+none (a program whose launches the probe cannot see, as with a static CUDA runtime).
 """
 import os
 import re
@@ -64,7 +65,7 @@ LAUNCHES = {
 
 
 def print_launches(op: str, params: str, mode: str) -> None:
-    if mode != "launch" or not os.environ.get("KVDIAG_PRINT_LAUNCHES"):
+    if mode != "launch" or not os.environ.get("KVDIAG_PRINT_LAUNCHES") or (fakeops.BUILD / "blind-launches").exists():
         return
     lines = next(lines for (name, part), lines in LAUNCHES.items() if name == op and part in params)
     for line in lines:
