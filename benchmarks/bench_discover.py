@@ -18,7 +18,8 @@ launch probe's program with `--no-route` (every case sanitized under racecheck);
 (racecheck only where a launch holds shared memory) a case one arm spared agrees with the other
 arm's clean judgement, and ``spared_with_findings`` counts the cases one arm spared and the other
 found something in: routing is sound only if it is 0. ``:backtrace-no`` adds `--backtrace no`
-(records without device frames); suffixes combine (``auto:no-route:backtrace-no``).
+(no tool's records with device frames), ``:backtrace-device`` `--backtrace device` (every tool's);
+the default (auto) leaves synccheck's without. Suffixes combine (``auto:no-route:backtrace-no``).
 
 The ops default to every op `test-backend-ops --list-ops` prints. Times are wall seconds on
 this machine; compare only numbers from one run (docs/performance.md).
@@ -37,7 +38,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ARM_FLAGS = {"no-route": ("--no-route",), "backtrace-no": ("--backtrace", "no")}
+ARM_FLAGS = {"no-route": ("--no-route",), "backtrace-no": ("--backtrace", "no"),
+             "backtrace-device": ("--backtrace", "device")}
 FINDING = re.compile(r"={9} (?:Error|Warning|Invalid|Barrier error|Uninitialized|Race reported)")
 
 

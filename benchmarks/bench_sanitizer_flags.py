@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvdiag.engine.discover.batch import DESTROYS
+
 DEFAULT_VARIANTS = ("device:0", "no:0", "device:1", "no:1")
 BACKTRACES = ("no", "host", "device", "yes")
 RECORD = re.compile(r"^={9} (?:Error|Warning|Invalid|Barrier error|Uninitialized|Race reported)", re.M)
@@ -69,13 +71,16 @@ def run_once(argv: list[str], log: Path, cap: float) -> dict:
 def measure(binary: Path, sanitizer: str, tool: str, op: str, params: str | None,
             variants: list[tuple[str, int]], cap: float, logs: Path) -> dict:
     """The plain run, then each variant, one after the other (never two at once: they would share
-    the host's cores, which is what is being measured)."""
+    the host's cores, which is what is being measured). A finding destroys only its kernel, as in
+    discovery (``--destroy-on-device-error kernel`` where discover passes it): the tool's default
+    destroys the context at the first record, and the process ends there."""
     cases = [str(binary), "test", "-b", "CUDA0", "-o", op, *(["-p", params] if params else [])]
     rows = {"plain": run_once(cases, logs / "plain.log", cap)}
     for backtrace, limit in variants:
         name = f"{backtrace}:{limit}"
-        rows[name] = run_once([sanitizer, "--tool", tool, "--show-backtrace", backtrace, "--print-limit", str(limit),
-                               *cases], logs / f"{backtrace}-{limit}.log", cap)
+        destroy = ["--destroy-on-device-error", DESTROYS[tool]] if tool in DESTROYS else []
+        rows[name] = run_once([sanitizer, "--tool", tool, *destroy, "--show-backtrace", backtrace,
+                               "--print-limit", str(limit), *cases], logs / f"{backtrace}-{limit}.log", cap)
     plain = rows["plain"]["wall_s"]
     for name, row in rows.items():
         if name != "plain" and row["errors"]:

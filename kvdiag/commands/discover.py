@@ -83,10 +83,12 @@ def _ops(value: str | None) -> tuple[str, ...]:
               help="Run racecheck only on the cases whose launches hold shared memory (the only memory it "
                    "checks), the launches listed by the other tools' processes or by a pass without a sanitizer; "
                    "needs the launch probe's program. --no-route sanitizes every case under racecheck.")
-@click.option("--backtrace", type=click.Choice(["device", "no"]), default="device", show_default=True,
-              help="The sanitizer's --show-backtrace: no prints each record without its device frames (fewer "
-                   "lines a record, where a defect prints one per thread); the kernels column then names an "
-                   "inlined function itself.")
+@click.option("--backtrace", type=click.Choice(["auto", "device", "no"]), default="auto", show_default=True,
+              help="Each record's device frames (the sanitizer's --show-backtrace). auto: synccheck without "
+                   "them (capturing them is most of what a record costs where a defect reports in every "
+                   "thread; its records name the barrier's own line), the other tools with them. no: no tool "
+                   "gets them; device: every tool does. Without frames the kernels column names an inlined "
+                   "function itself.")
 @click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the processes over.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif", "html"]), default="text",
               show_default=True)

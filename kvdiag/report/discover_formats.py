@@ -16,6 +16,7 @@ from typing import Callable
 from tabulate import tabulate
 
 from kvdiag.engine.discover.cases import CUT, totals
+from kvdiag.engine.discover.frames import frameless_tools
 from kvdiag.engine.discover.result import DiscoverResult
 from kvdiag.engine.discover.roots import Root
 
@@ -73,6 +74,15 @@ def time_line(result: DiscoverResult, most: int = 5) -> str | None:
             + (f", the other {len(ranked) - most} op/tool pair(s) {rest:.0f} s" if len(ranked) > most else ""))
 
 
+def backtrace_line(result: DiscoverResult) -> str | None:
+    """Which tools' records came without device frames (--backtrace), when any did."""
+    tools = frameless_tools(result.tools, result.backtrace)
+    if not tools:
+        return None
+    return (f"backtrace: {', '.join(tools)} without device frames (--backtrace {result.backtrace}): an inlined "
+            "function names itself as its kernel")
+
+
 def routing_line(result: DiscoverResult) -> str | None:
     """Which tools ran on fewer cases because they could not see the rest, and how many."""
     routing = result.routing or {}
@@ -103,9 +113,9 @@ def render_text(result: DiscoverResult) -> str:
     routed = routing_line(result)
     if routed:
         out.append(routed)
-    if result.backtrace != "device":
-        out.append(f"backtrace: {result.backtrace} (records without device frames: an inlined function names itself "
-                   "as its kernel)")
+    frameless = backtrace_line(result)
+    if frameless:
+        out.append(frameless)
     if result.program:
         out.append(f"program: {result.program.get('mode')} mode ({result.program.get('why')})"
                    + (f"; numeric test of the cases with findings: {len(result.numeric_runs)} process(es)"

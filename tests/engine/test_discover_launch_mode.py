@@ -209,10 +209,24 @@ def test_backtrace_no_asks_the_sanitizer_for_records_without_device_frames(tmp_p
     logs = Path(doc["run_dir"]) / "logs"
     argv = json.loads((logs / "racecheck-00002.cmd.json").read_text())["argv"]
     assert argv[argv.index("--show-backtrace") + 1] == "no"
-    (tmp_path / "default").mkdir()
-    default, _, _ = discover(tmp_path / "default", monkeypatch, "--ops", "SOFT_MAX")
-    argv = json.loads((Path(default["run_dir"]) / "logs" / "racecheck-00002.cmd.json").read_text())["argv"]
-    assert argv[argv.index("--show-backtrace") + 1] == "device" and default["backtrace"] == "device"
+
+def test_by_default_synccheck_goes_without_device_frames_and_racecheck_keeps_them(tmp_path, monkeypatch):
+    doc, _, _ = discover(tmp_path, monkeypatch, "--tool", "racecheck,synccheck", "--ops", "SOFT_MAX")
+    assert doc["backtrace"] == "auto"
+    shown = {}
+    for cmd in (Path(doc["run_dir"]) / "logs").glob("*.cmd.json"):
+        argv = json.loads(cmd.read_text())["argv"]
+        if "--tool" in argv:
+            shown.setdefault(argv[argv.index("--tool") + 1], set()).add(argv[argv.index("--show-backtrace") + 1])
+    assert shown == {"racecheck": {"device"}, "synccheck": {"no"}}
+    soft_max = [c for c in doc["cases"] if c["tool"] == "synccheck"]
+    assert soft_max and all(c["state"] != "cut" for c in soft_max)
+
+
+def test_backtrace_device_gives_every_tool_its_frames(tmp_path, monkeypatch):
+    doc, _, _ = discover(tmp_path, monkeypatch, "--backtrace", "device", "--tool", "synccheck", "--ops", "SOFT_MAX")
+    argv = json.loads((Path(doc["run_dir"]) / "logs" / "synccheck-00001.cmd.json").read_text())["argv"]
+    assert argv[argv.index("--show-backtrace") + 1] == "device" and doc["backtrace"] == "device"
 
 
 def test_a_program_whose_launches_the_probe_cannot_see_spares_nothing(tmp_path, monkeypatch):

@@ -30,6 +30,7 @@ from typing import Any, Sequence
 from kvdiag.engine.verdict.devices import device_key, visible_value
 from kvdiag.engine.discover.cases import ABORTED, CLEAN, CUT, FINDINGS, NOT_SUPPORTED, CaseRecord
 from kvdiag.engine.discover.findings import CaseFinding, from_abort, from_sanitizer
+from kvdiag.engine.discover.frames import shows_backtrace
 from kvdiag.engine.verdict.planning import escape_params
 from kvdiag.parse.aborts import parse_aborts
 from kvdiag.parse.case_segments import CaseSplit, split_cases
@@ -38,7 +39,6 @@ from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.proc.sanitizer import SanitizerInvocation
 from kvdiag.proc.slots import SlotPool, scan_slots
 
-BACKTRACES = ("device", "no")  # --show-backtrace: each record's device frames, or none (fewer lines a record)
 ROUTE = "route"         # a unit run with no sanitizer, only for its launch lines (engine.discover.routing)
 # A finding that destroys only its kernel lets the process go on to the batch's next case; racecheck's
 # hazards never end a kernel.
@@ -72,7 +72,7 @@ class Runner:
     cancel: Any = None                       # threading.Event set on Ctrl-C
     mode: str = "test"                       # "launch": the launch probe's GPU-only mode (engine.discover.program)
     listed: frozenset[str] = frozenset()     # the tools (or ROUTE) whose processes print their launches
-    backtrace: str = "device"                # one of BACKTRACES
+    backtrace: str = "auto"                  # one of frames.BACKTRACES
 
     def argv(self, unit: Unit) -> tuple[str, ...]:
         program = [str(self.binary), self.mode, "-o", unit.op, "-b", self.backend, "-p", case_regex(unit.cases)]
@@ -91,11 +91,13 @@ class UnitOutcome:
     row: dict[str, Any] = field(default_factory=dict)
 
 
-def tool_invocation(tool: str, backtrace: str = "device") -> SanitizerInvocation:
-    """Every record printed (``--print-limit 0``), with its device frames unless ``backtrace`` is "no":
-    a record without frames names its reporting function as its kernel (engine.discover.findings), so
-    an inlined device function's kernel is not known; roots, matching and drafts use the function."""
-    return SanitizerInvocation(tool=tool, options=("--show-backtrace", backtrace), print_limit=0,
+def tool_invocation(tool: str, backtrace: str = "auto") -> SanitizerInvocation:
+    """Every record printed (``--print-limit 0``), with its device frames unless ``backtrace`` says none
+    for this tool: a record without frames names its reporting function as its kernel
+    (engine.discover.findings), so an inlined device function's kernel is not known; roots, matching
+    and drafts use the function."""
+    return SanitizerInvocation(tool=tool, options=("--show-backtrace", shows_backtrace(tool, backtrace)),
+                               print_limit=0,
                                destroy_on_device_error=DESTROYS.get(tool))
 
 

@@ -43,7 +43,7 @@ class DiscoverResult:
     program: dict[str, Any] | None = None             # which test-backend-ops ran, in which mode (discover.program)
     numeric_runs: list[dict[str, Any]] = field(default_factory=list)  # the numeric test's processes (discover.numeric)
     routing: dict[str, Any] = field(default_factory=dict)   # tools routed by shared memory (discover.routing)
-    backtrace: str = "device"                          # the sanitizer's --show-backtrace (discover.batch)
+    backtrace: str = "auto"                            # --backtrace: per tool (auto), device or no (discover.batch)
 
     @property
     def defects(self) -> list[Root]:

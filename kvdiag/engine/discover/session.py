@@ -55,7 +55,7 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
                  ops: Sequence[str] = (), params: str | None = None, jobs: int | None = None,
                  case_budget_s: float = CASE_BUDGET_S, batch: int = 0, shard: Shard | None = None,
                  sanitizer: Path | None = None, devices: str | None = None, registry: str | None = None,
-                 program: str = "auto", route: bool = True, backtrace: str = "device",
+                 program: str = "auto", route: bool = True, backtrace: str = "auto",
                  progress: Progress | None = None) -> DiscoverResult:
     """Discover every root under ``tools`` (default: the trusted ones) over the suite's cases."""
     progress = progress or Progress()
