@@ -37,16 +37,17 @@ def document(name: str, folder: Path = FIXTURE) -> dict:
     return json.loads(read_gz(folder / f"{name}.json.gz"))
 
 
-def rejudge(run: str, process: str) -> tuple[Unit, list[CaseRecord], dict]:
-    """One recorded process judged again as the run judged it, its launches listed."""
-    record = json.loads(read_gz(FIXTURE / "logs" / run / f"{process}.cmd.json.gz"))
+def rejudge(run: str, process: str, folder: Path = FIXTURE) -> tuple[Unit, list[CaseRecord], dict]:
+    """One recorded process judged again as the run judged it, its launches listed (by the tools that list
+    them: every one but racecheck)."""
+    record = json.loads(read_gz(folder / "logs" / run / f"{process}.cmd.json.gz"))
     argv, result = record["argv"], record["result"]
     body = argv[argv.index("-p") + 1][2:-2]
     cases = tuple(re.sub(r"\\(.)", r"\1", alt) for alt in re.split(r"(?<!\\)\|", body))
     tool = argv[argv.index("--tool") + 1] if "--tool" in argv else ROUTE
     unit = Unit(tool, argv[argv.index("-o") + 1], cases)
     assert record["env_overrides"].get("KVDIAG_PRINT_LAUNCHES") == "1" or tool == "racecheck"
-    text = strip_ansi(read_gz(FIXTURE / "logs" / run / f"{process}.stdout.log.gz"))
+    text = strip_ansi(read_gz(folder / "logs" / run / f"{process}.stdout.log.gz"))
     outcome = judge_process(unit, split_cases(text, None if tool == ROUTE else tool), text, name=process,
                             log=process, wall_s=result["duration_s"], timed_out=result["timed_out"],
                             ended=result["description"], budget_s=120.0 if run == "ab-route" else 600.0,
