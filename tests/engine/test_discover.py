@@ -255,8 +255,9 @@ def _staged_discovery(tmp_path: Path, mp: pytest.MonkeyPatch) -> tuple[Scenarios
 
 def test_a_discovery_stopped_by_ctrl_c_keeps_every_case_once_and_names_the_unrun(tmp_path, monkeypatch):
     """Ctrl-C while a process hangs: what finished is kept once (dispatch hands every finished unit to
-    the salvage again: on the H100 that doubled 8991 records), the running cases and those never started
-    are cut, each saying why, and the exit is 130."""
+    the salvage again: on the H100 that doubled 8991 records), so is each case of the hung process that
+    printed its status; the running case, the rest and those never started are cut, each saying why,
+    and the exit is 130."""
     import _thread
     import threading
 
@@ -278,6 +279,11 @@ def test_a_discovery_stopped_by_ctrl_c_keeps_every_case_once_and_names_the_unrun
     assert "cut" in states and states & {"clean", "findings"}
     unrun = [c for c in doc["cases"] if c["why"] and "interrupted before its process started" in c["why"]]
     assert unrun and all(c["state"] == "cut" for c in unrun)
+    # The process that hung: its case that printed a status before the hang is judged, the rest cut.
+    hung = {c["params"]: (c["state"], c["why"]) for c in doc["cases"] if c["tool"] == "racecheck" and c["op"] == "GET_ROWS"}
+    assert hung == {"type=f32,n=256,m=5,r=4,v=0": ("clean", None),
+                    "type=f32,n=256,m=5,r=4,v=9": ("cut", "interrupted (Ctrl-C) before it was judged"),
+                    "type=f16,n=256,m=5,r=4,v=0": ("cut", "interrupted (Ctrl-C) before it was judged")}
 
 
 def test_the_tools_take_turns_so_a_discovery_cut_short_has_judged_some_of_each():

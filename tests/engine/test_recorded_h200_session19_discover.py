@@ -9,12 +9,13 @@ The raw logs are read again with the parser, and a racecheck batch is judged aga
 
 from __future__ import annotations
 
-import gzip
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
 
+from kvdiag.engine.discover.batch import Unit, judge_interrupted
 from kvdiag.engine.discover.findings import from_sanitizer
 from kvdiag.parse.case_segments import split_cases
 from kvdiag.parse.text import strip_ansi
@@ -123,3 +124,34 @@ def test_top_k_under_racecheck_has_batches_longer_than_its_170_s_deadline():
     # Six batches (19 or 15 cases) still ran at the deadline; an interrupted batch is cut whole.
     assert len(running) == 6 and all(p["wall_s"] > 165 and p["cases"] >= 15 for p in running)
     assert all(p["why"].startswith("interrupted") for p in running)
+
+
+def interrupted(process: str):
+    """A process the deadline stopped, judged again: the cases that printed a status, the rest cut."""
+    record = json.loads(read_gz(FIXTURE / "logs" / "whole" / f"{process}.cmd.json.gz"))
+    argv = record["argv"]
+    body = argv[argv.index("-p") + 1][2:-2]
+    cases = tuple(re.sub(r"\\(.)", r"\1", alt) for alt in re.split(r"(?<!\\)\|", body))
+    tool = argv[argv.index("--tool") + 1]
+    text = strip_ansi(read_gz(FIXTURE / "logs" / "whole" / f"{process}.stdout.log.gz"))
+    assert record["result"]["interrupted"] is True
+    unit = Unit(tool, argv[argv.index("-o") + 1], cases)
+    return unit, judge_interrupted(unit, split_cases(text, tool), name=process, log=None,
+                                   wall_s=record["result"]["duration_s"], listed=tool != "racecheck")
+
+
+def test_an_interrupted_batch_judges_the_cases_that_printed_a_status_as_a_whole_run_judges_them():
+    unit, outcome = interrupted("synccheck-00381")
+    states = [r.state for r in outcome.records]
+    assert states == ["findings"] * 4 + ["cut"] * 28 and outcome.row["judged"] == 4
+    whole_op = {c["params"]: c["state"] for c in document("fa-synccheck-backtrace-no")["cases"]}
+    assert all(whole_op[r.params] == r.state for r in outcome.records if r.state != "cut")
+    assert {(f.file, f.line) for r in outcome.records for f in r.findings} == {D2_SITE}
+    assert all(r.why == "interrupted (Ctrl-C) before it was judged" for r in outcome.records if r.state == "cut")
+
+
+def test_an_interrupted_top_k_racecheck_batch_keeps_its_25_finished_cases():
+    unit, outcome = interrupted("racecheck-00325")
+    assert unit.op == "TOP_K" and [r.state for r in outcome.records] == ["clean"] * 25 + ["cut"] * 7
+    topk = {c["params"]: c["state"] for c in document("topk-racecheck")["cases"]}
+    assert all(topk[r.params] in ("clean", "cut") for r in outcome.records)      # no run saw a finding in them

@@ -138,10 +138,11 @@ def run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> Un
                                                                           why=f"split: {exc}"))
         return _all_cut(unit, f"its process could not start: {exc}", name, started)
     log = str(runner.log_dir / f"{name}.stdout.log")
-    if result.interrupted:
-        return _all_cut(unit, "interrupted (Ctrl-C) before it was judged", name, started, log)
     text, cut = cut_long_lines(strip_ansi(result.stdout_text()))     # as every judged output (parse.text)
     split = split_cases(text, None if unit.tool == ROUTE else unit.tool)
+    if result.interrupted:
+        return judge_interrupted(unit, split, name=name, log=log, wall_s=time.monotonic() - started,
+                                 listed=runner.lists(unit))
     outcome = judge_process(unit, split, text, name=name, log=log, wall_s=time.monotonic() - started,
                             timed_out=result.timed_out, ended=result.describe(), budget_s=budget,
                             errors=cut_long_lines(strip_ansi(result.stderr_text()))[0], listed=runner.lists(unit))
@@ -203,6 +204,23 @@ def judge_process(unit: Unit, split: CaseSplit, text: str, *, name: str, log: st
         out.again = [Unit(unit.tool, unit.op, (running,), unit.round + 1)] + halves(unit, later)
     out.row = _row(unit, name, None, wall_s=wall_s, judged=len(out.records), again=len(rest) if not unit.alone else 0,
                    why=why)
+    return out
+
+
+def judge_interrupted(unit: Unit, split: CaseSplit, *, name: str, log: str | None, wall_s: float,
+                      listed: bool = False) -> UnitOutcome:
+    """A process stopped by Ctrl-C (or a deadline): as for one that aborted, each case that printed its
+    status is complete (its records come before its status line, as in every batch) and is judged;
+    the case that was running and the rest are cut, never run again."""
+    why = "interrupted (Ctrl-C) before it was judged"
+    out = UnitOutcome()
+    share = wall_s / max(1, len(unit.cases))
+    for case in unit.cases:
+        segment = split.segment(case)
+        out.records.append(_judged(unit, case, segment, log, share, listed=listed) if segment is not None
+                           else _cut(unit, case, why, log, share))
+    judged = sum(1 for r in out.records if r.state != CUT)
+    out.row = _row(unit, name, None, wall_s=wall_s, judged=judged, why=why if judged < len(unit.cases) else None)
     return out
 
 
