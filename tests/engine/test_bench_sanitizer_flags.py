@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +22,20 @@ from process_checks import wait_until  # noqa: E402
 
 
 def ended(pid: int) -> bool:
-    """Gone, or a zombie: this test's process may have become the orphan's reaper (a subreaper set by
-    kvdiag's runner in an earlier test of the same session), and it does not reap."""
+    """Gone, or a zombie, then reaped: this test's process may have become the orphan's reaper (a
+    subreaper set by kvdiag's runner in an earlier test of the same session), so it reaps it, leaving
+    no zombie for the tests that count them."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
         return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    if stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+        return False
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:          # not ours: whoever adopted it reaps it
+        pass
+    return True
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_sanitizer_flags.py"
 
