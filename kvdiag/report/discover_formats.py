@@ -16,7 +16,7 @@ from typing import Callable
 from tabulate import tabulate
 
 from kvdiag.engine.discover.cases import CUT, totals
-from kvdiag.engine.discover.frames import frameless_tools
+from kvdiag.engine.discover.frames import MIXED_BACKTRACE, frameless_tools
 from kvdiag.engine.discover.result import DiscoverResult
 from kvdiag.engine.discover.roots import Root
 
@@ -76,6 +76,8 @@ def time_line(result: DiscoverResult, most: int = 5) -> str | None:
 
 def backtrace_line(result: DiscoverResult) -> str | None:
     """Which tools' records came without device frames (--backtrace), when any did."""
+    if result.backtrace == MIXED_BACKTRACE:
+        return "backtrace: the shards ran different --backtrace values (each shard's record says which)"
     tools = frameless_tools(result.tools, result.backtrace)
     if not tools:
         return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from kvdiag.engine.discover.frames import MIXED_BACKTRACE
 from kvdiag.errors import DataError, UsageError
 from kvdiag.shards import Part, check_dealt, complete_split, parse_shard
 from kvdiag.store.scans import check_format, save_document, span
@@ -83,6 +84,7 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "numeric_runs": [row for p in parts for row in p.get("numeric_runs") or []],
             "program": merged_program(parts),
             "routing": merged_routing(parts),
+            "backtrace": merged_backtrace(parts),
             "relative": {k: v for p in parts for k, v in (p.get("relative") or {}).items()},
             "source_lines": {k: v for p in parts for k, v in (p.get("source_lines") or {}).items()},
             "cases": [c for p in parts for c in p["cases"]],
@@ -103,6 +105,13 @@ def merged_routing(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                      for p in sorted(parts, key=lambda p: parse_shard(p["shard"])))
     routed = sorted({t for r in routings for t in r.get("routed") or ()})
     return {"routed": routed, "source": "mixed", "why": f"the shards routed differently ({said})", **counts}
+
+
+def merged_backtrace(parts: Sequence[Mapping[str, Any]]) -> str:
+    """The shards' --backtrace when they all ran one (a record without it ran every tool with device
+    frames), else "mixed": which tools' records lack frames then differs by shard."""
+    values = {str(p.get("backtrace") or "device") for p in parts}
+    return values.pop() if len(values) == 1 else MIXED_BACKTRACE
 
 
 def merged_program(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

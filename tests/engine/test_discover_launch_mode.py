@@ -118,6 +118,22 @@ def test_merged_shards_keep_their_numeric_runs_and_say_when_they_ran_different_m
     assert mixed["why"] == "the shards ran different modes (shard 1/2: launch, shard 2/2: test)"
 
 
+def test_merged_shards_say_when_they_ran_different_backtraces():
+    from kvdiag.engine.discover.result import from_document
+    from kvdiag.report.discover_formats import backtrace_line
+    from kvdiag.store.discoveries import merged_backtrace
+
+    assert merged_backtrace([{"backtrace": "auto"}, {"backtrace": "auto"}]) == "auto"
+    assert merged_backtrace([{}, {"backtrace": "device"}]) == "device"      # a record before --backtrace
+    assert merged_backtrace([{"backtrace": "auto"}, {"backtrace": "device"}]) == "mixed"
+    doc = {"tools": ["racecheck", "synccheck"], "cases": [], "backtrace": "mixed"}
+    assert "different --backtrace values" in backtrace_line(from_document(doc))
+    doc["backtrace"] = "auto"
+    assert backtrace_line(from_document(doc)).startswith("backtrace: synccheck without device frames")
+    doc["backtrace"] = "device"
+    assert backtrace_line(from_document(doc)) is None
+
+
 def test_a_merge_concatenates_the_shards_numeric_runs(tmp_path, monkeypatch):
     """Two shards of the staged suite in launch mode: each ran the numeric test of its own hits."""
     isolate(monkeypatch, tmp_path)
