@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from kvdiag.engine.discover.frames import MIXED_BACKTRACE
 from kvdiag.errors import DataError, UsageError
 from kvdiag.shards import Part, check_dealt, complete_split, parse_shard
 from kvdiag.store.scans import check_format, save_document, span
@@ -111,7 +110,7 @@ def merged_backtrace(parts: Sequence[Mapping[str, Any]]) -> str:
     """The shards' --backtrace when they all ran one (a record without it ran every tool with device
     frames), else "mixed": which tools' records lack frames then differs by shard."""
     values = {str(p.get("backtrace") or "device") for p in parts}
-    return values.pop() if len(values) == 1 else MIXED_BACKTRACE
+    return values.pop() if len(values) == 1 else "mixed"    # as merged_routing and merged_program say it
 
 
 def merged_program(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

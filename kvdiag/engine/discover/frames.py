@@ -15,7 +15,7 @@ BACKTRACES = ("auto", "device", "no")  # --backtrace: per tool, or --show-backtr
 # none 4.0 s, and the whole op's 2936 cases took 666 s of process time without them against 2888 s
 # for 832 cases with them (docs/performance.md).
 FRAMELESS = frozenset({"synccheck"})
-MIXED_BACKTRACE = "mixed"   # merged shards that ran different --backtrace values (store.discoveries)
+MIXED_BACKTRACE = "mixed"   # merged shards that ran different --backtrace values (store.discoveries.merged_backtrace)
 
 
 def shows_backtrace(tool: str, backtrace: str) -> str:
