@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-from typing import Callable
+from typing import Callable, Sequence
 
 from tabulate import tabulate
 
@@ -24,11 +24,15 @@ FORMATS = ("text", "json", "markdown", "sarif", "html")
 SHOW_CUT = 20
 
 
-def _row(root: Root, markdown: bool = False) -> list[str]:
+def _row(root: Root, markdown: bool = False, frameless: Sequence[str] = ()) -> list[str]:
+    """One root's table row; ``frameless``: the tools whose records came without device frames, whose
+    kernels column may name an inlined function (marked so)."""
     d = root.to_dict()
     tick = "`" if markdown else ""
     smallest = d["smallest"] or {}
     kernels = ", ".join(list(d["kernels"])[:3]) + (" …" if len(d["kernels"]) > 3 else "")
+    if d["tool"] in frameless:
+        kernels += " (no frames)"
     ops = ", ".join(f"{op} {n}" for op, n in d["ops"].items())
     line = d["source_line"] or ""
     return [d["known"] or "new", f"{d['tool']} {d['kind']}", f"{tick}{d['site']}{tick}",
@@ -72,6 +76,10 @@ def time_line(result: DiscoverResult, most: int = 5) -> str | None:
     rest = total - sum(s for _, s in ranked[:most])
     return (f"process time: {total:.0f} s over {len(result.processes)} process(es): {shown}"
             + (f", the other {len(ranked) - most} op/tool pair(s) {rest:.0f} s" if len(ranked) > most else ""))
+
+
+def _frameless(result: DiscoverResult) -> list[str]:
+    return [] if result.backtrace == MIXED_BACKTRACE else frameless_tools(result.tools, result.backtrace)
 
 
 def backtrace_line(result: DiscoverResult) -> str | None:
@@ -123,12 +131,14 @@ def render_text(result: DiscoverResult) -> str:
                    + (f"; numeric test of the cases with findings: {len(result.numeric_runs)} process(es)"
                       if result.program.get("mode") == "launch" else ""))
     if result.defects:
-        out += ["", tabulate([_row(r) for r in result.defects], headers=HEADERS, tablefmt="simple")]
+        out += ["", tabulate([_row(r, frameless=_frameless(result)) for r in result.defects], headers=HEADERS,
+                              tablefmt="simple")]
     else:
         out.append("no root: no finding in any judged case")
     if result.warnings:
         out += ["", f"racecheck warnings (not counted as defects): {len(result.warnings)} root(s)",
-                tabulate([_row(r) for r in result.warnings], headers=HEADERS, tablefmt="simple")]
+                tabulate([_row(r, frameless=_frameless(result)) for r in result.warnings], headers=HEADERS,
+                         tablefmt="simple")]
     out += cut_lines(result)
     if result.run_dir:
         out.append(f"run: {result.run_dir}")
@@ -136,13 +146,15 @@ def render_text(result: DiscoverResult) -> str:
 
 
 def render_markdown(result: DiscoverResult) -> str:
-    notes = [line for line in (time_line(result), routing_line(result)) if line]
+    notes = [line for line in (time_line(result), routing_line(result), backtrace_line(result)) if line]
     out = ["# kvdiag discover", "", totals_line(result), ""] + [f"{line}\n" for line in notes]
     if result.defects:
-        out += [tabulate([_row(r, True) for r in result.defects], headers=HEADERS, tablefmt="github"), ""]
+        out += [tabulate([_row(r, True, _frameless(result)) for r in result.defects], headers=HEADERS,
+                         tablefmt="github"), ""]
     if result.warnings:
         out += ["## Racecheck warnings (not counted as defects)", "",
-                tabulate([_row(r, True) for r in result.warnings], headers=HEADERS, tablefmt="github"), ""]
+                tabulate([_row(r, True, _frameless(result)) for r in result.warnings], headers=HEADERS,
+                         tablefmt="github"), ""]
     cut = cut_lines(result)
     if cut:
         out += ["## Cases not judged", ""] + [f"- {line}" for line in cut] + [""]
@@ -181,11 +193,14 @@ def render_sarif(result: DiscoverResult) -> str:
 def render_html(result: DiscoverResult) -> str:
     def table(roots: list[Root]) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _row(r)) + "</tr>" for r in roots)
+        cells = (_row(r, frameless=_frameless(result)) for r in roots)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>kvdiag discover</title></head><body>",
-             "<h1>kvdiag discover</h1>", f"<p>{html.escape(totals_line(result))}</p>", table(result.defects)]
+             "<h1>kvdiag discover</h1>", f"<p>{html.escape(totals_line(result))}</p>"]
+    parts += [f"<p>{html.escape(line)}</p>" for line in (backtrace_line(result),) if line]
+    parts.append(table(result.defects))
     if result.warnings:
         parts += ["<h2>Racecheck warnings (not counted as defects)</h2>", table(result.warnings)]
     cut = cut_lines(result)

@@ -253,3 +253,17 @@ def test_a_program_whose_launches_the_probe_cannot_see_spares_nothing(tmp_path, 
     assert len(racecheck) == 6 and not any(c["state"] == "spared" for c in racecheck)
     assert (doc["routing"]["spared"], doc["routing"]["sanitized"]) == (0, 6)
     assert {m for m in modes if " racecheck " in m} == {"launch racecheck ADD", "launch racecheck CPY"}
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_a_root_of_a_tool_without_frames_marks_its_kernels_column(tmp_path, monkeypatch, fmt):
+    from kvdiag.engine.discover.result import from_document
+    from kvdiag.report.discover_formats import render
+
+    doc, _, _ = discover(tmp_path, monkeypatch, "--tool", "racecheck,synccheck", "--ops", "SOFT_MAX")
+    shown = render(from_document(doc), fmt)
+    assert "synccheck without device frames" in shown
+    racecheck_rows = [line for line in shown.splitlines() if "race-hazard" in line and "common.cuh" in line]
+    assert racecheck_rows and all("(no frames)" not in line for line in racecheck_rows)   # racecheck kept its frames
+    doc["backtrace"] = "no"
+    assert "(no frames)" in render(from_document(doc), fmt)
