@@ -253,11 +253,8 @@ def _staged_discovery(tmp_path: Path, mp: pytest.MonkeyPatch) -> tuple[Scenarios
     return kv, build
 
 
-def test_a_discovery_stopped_by_ctrl_c_keeps_every_case_once_and_names_the_unrun(tmp_path, monkeypatch):
-    """Ctrl-C while a process hangs: what finished is kept once (dispatch hands every finished unit to
-    the salvage again: on the H100 that doubled 8991 records), so is each case of the hung process that
-    printed its status; the running case, the rest and those never started are cut, each saying why,
-    and the exit is 130."""
+def _stopped_by_ctrl_c(tmp_path: Path, monkeypatch) -> tuple[int, dict]:
+    """The staged suite, one process at a time, Ctrl-C after 6 s (GET_ROWS v=9 hangs by then)."""
     import _thread
     import threading
 
@@ -271,7 +268,15 @@ def test_a_discovery_stopped_by_ctrl_c_keeps_every_case_once_and_names_the_unrun
                      "--format", "json"])
     finally:
         timer.cancel()
-    doc = json.loads(saved.read_text())
+    return code, json.loads(saved.read_text())
+
+
+def test_a_discovery_stopped_by_ctrl_c_keeps_every_case_once_and_names_the_unrun(tmp_path, monkeypatch):
+    """Ctrl-C while a process hangs: what finished is kept once (dispatch hands every finished unit to
+    the salvage again: on the H100 that doubled 8991 records), so is each case of the hung process that
+    printed its status; the running case, the rest and those never started are cut, each saying why,
+    and the exit is 130."""
+    code, doc = _stopped_by_ctrl_c(tmp_path, monkeypatch)
     keys = [(c["tool"], c["op"], c["params"]) for c in doc["cases"]]
     assert code == 130 and doc["interrupted"] is True
     assert len(keys) == len(set(keys)) == 2 * 15
@@ -285,6 +290,16 @@ def test_a_discovery_stopped_by_ctrl_c_keeps_every_case_once_and_names_the_unrun
                     "type=f32,n=256,m=5,r=4,v=9": ("cut", "interrupted (Ctrl-C) before it was judged"),
                     "type=f16,n=256,m=5,r=4,v=0": ("cut", "interrupted (Ctrl-C) before it was judged")}
 
+
+
+def test_a_stopped_process_whose_output_is_too_large_to_read_promptly_is_cut_whole(tmp_path, monkeypatch):
+    from kvdiag.engine.discover import batch
+
+    monkeypatch.setattr(batch, "INTERRUPTED_READ_BYTES", 0)
+    code, doc = _stopped_by_ctrl_c(tmp_path, monkeypatch)
+    hung = [c for c in doc["cases"] if c["tool"] == "racecheck" and c["op"] == "GET_ROWS"]
+    assert code == 130 and len(hung) == 3 and all(c["state"] == "cut" for c in hung)
+    assert all("of output left unread, so that Ctrl-C stays prompt" in c["why"] for c in hung)
 
 def test_the_tools_take_turns_so_a_discovery_cut_short_has_judged_some_of_each():
     from kvdiag.engine.discover.space import SuiteSpace

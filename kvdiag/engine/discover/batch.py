@@ -22,6 +22,7 @@ unit (tool ``route``) runs its cases with no sanitizer at all, only to list them
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,6 +44,10 @@ ROUTE = "route"         # a unit run with no sanitizer, only for its launch line
 # A finding that destroys only its kernel lets the process go on to the batch's next case; racecheck's
 # hazards never end a kernel.
 DESTROYS = {"memcheck": "kernel", "synccheck": "kernel", "initcheck": "kernel"}
+# A stopped process's output read for its finished cases at most this large, so that Ctrl-C stays prompt:
+# reading is about 0.1 s a MB here (a 70 MB FLASH_ATTN_EXT synccheck log with device frames took 5.8 s),
+# and every running process stops at once.
+INTERRUPTED_READ_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,10 @@ def run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> Un
                                                                           why=f"split: {exc}"))
         return _all_cut(unit, f"its process could not start: {exc}", name, started)
     log = str(runner.log_dir / f"{name}.stdout.log")
+    if result.interrupted and _size(result.stdout_path) > INTERRUPTED_READ_BYTES:
+        mb = _size(result.stdout_path) / (1 << 20)
+        return _all_cut(unit, f"interrupted (Ctrl-C) before it was judged; its {mb:.0f} MB of output left unread, "
+                              "so that Ctrl-C stays prompt", name, started, log)
     text, cut = cut_long_lines(strip_ansi(result.stdout_text()))     # as every judged output (parse.text)
     split = split_cases(text, None if unit.tool == ROUTE else unit.tool)
     if result.interrupted:
@@ -265,6 +274,13 @@ def most_shared_memory(launches) -> int | None:
 def _cut(unit: Unit, case: str, why: str, log: str | None, share: float) -> CaseRecord:
     return CaseRecord(tool=unit.tool, op=unit.op, params=case, state=CUT, why=why, log=log, duration_s=share,
                       alone=unit.alone)
+
+
+def _size(path) -> int:
+    try:
+        return os.path.getsize(path)
+    except (OSError, TypeError):
+        return 0
 
 
 def _all_cut(unit: Unit, why: str, name: str, started: float, log: str | None = None) -> UnitOutcome:
