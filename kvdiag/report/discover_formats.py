@@ -30,8 +30,12 @@ def _row(root: Root, markdown: bool = False, frameless: Sequence[str] = ()) -> l
     d = root.to_dict()
     tick = "`" if markdown else ""
     smallest = d["smallest"] or {}
-    kernels = ", ".join(list(d["kernels"])[:3]) + (" …" if len(d["kernels"]) > 3 else "")
-    if d["tool"] in frameless:
+    framed = (d.get("frames") or {}).get("kernels")
+    names = list(framed or d["kernels"])
+    kernels = ", ".join(names[:3]) + (" …" if len(names) > 3 else "")
+    if framed:
+        kernels += " (frames of its smallest case)"
+    elif d["tool"] in frameless:
         kernels += " (no frames)"
     ops = ", ".join(f"{op} {n}" for op, n in d["ops"].items())
     line = d["source_line"] or ""
@@ -89,8 +93,13 @@ def backtrace_line(result: DiscoverResult) -> str | None:
     tools = frameless_tools(result.tools, result.backtrace)
     if not tools:
         return None
-    return (f"backtrace: {', '.join(tools)} without device frames (--backtrace {result.backtrace}): an inlined "
+    line = (f"backtrace: {', '.join(tools)} without device frames (--backtrace {result.backtrace}): an inlined "
             "function names itself as its kernel")
+    if result.frames:
+        named = sum(1 for row in result.frames if row.get("kernels"))
+        line += (f"; {named} of {len(result.frames)} such root(s) had their smallest case run again with device "
+                 f"frames, which name their launching kernels")
+    return line
 
 
 def routing_line(result: DiscoverResult) -> str | None:

@@ -81,6 +81,7 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "workers": sum(int(p.get("workers") or 0) for p in parts), "interrupted": False,
             "processes": [row for p in parts for row in p.get("processes") or []],
             "numeric_runs": [row for p in parts for row in p.get("numeric_runs") or []],
+            "frames": [row for p in parts for row in p.get("frames") or []],
             "program": merged_program(parts),
             "routing": merged_routing(parts),
             "backtrace": merged_backtrace(parts),

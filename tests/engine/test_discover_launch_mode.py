@@ -267,3 +267,57 @@ def test_a_root_of_a_tool_without_frames_marks_its_kernels_column(tmp_path, monk
     assert racecheck_rows and all("(no frames)" not in line for line in racecheck_rows)   # racecheck kept its frames
     doc["backtrace"] = "no"
     assert "(no frames)" in render(from_document(doc), fmt)
+
+
+def _barrier(build: Path) -> None:
+    (build / "divergent-barrier").write_text("")
+
+
+def test_a_frameless_root_names_its_launching_kernel_from_its_smallest_case_run_again_with_frames(tmp_path,
+                                                                                                   monkeypatch):
+    doc, _, code = discover(tmp_path, monkeypatch, "--tool", "synccheck", "--ops", "SOFT_MAX", staged=_barrier)
+    assert code == 1 and doc["backtrace"] == "auto"
+    root = root_at(doc, "src/ggml-cuda/common.cuh:530")
+    assert root["function"] == "block_reduce" and root["cases"] == 2
+    assert root["kernels"] == {"block_reduce": 2}                 # without frames: the inlined function itself
+    framed = root["frames"]
+    assert framed["kernels"] == {"soft_max_f32": 1} and framed["why"] is None
+    assert framed["params"] == "type=f32,ne=[16,2,1,1],mask=0"     # the smallest of its cases
+    assert list(framed["instantiations"]) == ["soft_max_f32<(bool)1, (int)0, (int)0, float>"]
+    logs = Path(doc["run_dir"]) / "logs"
+    argv = json.loads((logs / "frames-00001.cmd.json").read_text())["argv"]
+    assert argv[argv.index("--show-backtrace") + 1] == "device" and argv[argv.index("--tool") + 1] == "synccheck"
+    assert [f.name for f in logs.glob("frames-*.cmd.json")] == ["frames-00001.cmd.json"]    # one process a root
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_the_reports_name_the_framed_kernels_and_a_read_back_document_keeps_them(tmp_path, monkeypatch, fmt):
+    from kvdiag.engine.discover.result import from_document
+    from kvdiag.report.discover_formats import render
+
+    doc, _, _ = discover(tmp_path, monkeypatch, "--tool", "synccheck", "--ops", "SOFT_MAX", staged=_barrier)
+    shown = render(from_document(doc), fmt)
+    assert "soft_max_f32 (frames of its smallest case)" in shown and "(no frames)" not in shown
+    assert "1 of 1 such root(s) had their smallest case run again with device frames" in shown
+    doc["frames"] = []                                   # a record from before the follow-up: marked as before
+    assert "block_reduce (no frames)" in render(from_document(doc), fmt)
+
+
+def test_with_device_frames_everywhere_no_case_runs_again(tmp_path, monkeypatch):
+    doc, _, _ = discover(tmp_path, monkeypatch, "--backtrace", "device", "--tool", "synccheck", "--ops", "SOFT_MAX",
+                         staged=_barrier)
+    assert doc["frames"] == [] and root_at(doc, "src/ggml-cuda/common.cuh:530")["kernels"] == {"soft_max_f32": 2}
+    assert not list((Path(doc["run_dir"]) / "logs").glob("frames-*"))
+
+
+def test_a_framed_run_that_finds_nothing_at_the_site_says_so_and_the_root_keeps_its_kernels():
+    from kvdiag.engine.discover.cases import CLEAN, CaseRecord
+    from kvdiag.engine.discover.reframe import apply_frames, frames_row
+    from kvdiag.engine.discover.roots import Root, RootKey
+
+    root = Root(RootKey("synccheck", "barrier-divergence", "common.cuh:530", "block_reduce"), kernels={"block_reduce": 3},
+                smallest={"op": "SOFT_MAX", "params": "n=1", "elements": 1})
+    row = frames_row(root, [CaseRecord(tool="synccheck", op="SOFT_MAX", params="n=1", state=CLEAN)], wall_s=1.25)
+    assert row["kernels"] == {} and row["why"] == "the framed run reported nothing at this root's site (clean)"
+    apply_frames([root], [row])
+    assert root.frames == row and root.kernels == {"block_reduce": 3}

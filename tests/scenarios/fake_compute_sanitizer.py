@@ -27,7 +27,8 @@ Without --log-file the report goes to stdout, as the real tool's does: the progr
 told (KVDIAG_FAKE_SANITIZER_STREAM) to print its findings itself as they happen, into the
 same terminal, and the summary that follows counts them (each record, and each "Error
 buffer overflow" warning, counts one: the real tool's count). --destroy-on-device-error
-reaches the program as KVDIAG_FAKE_SANITIZER_DESTROY (the real default is context).
+reaches the program as KVDIAG_FAKE_SANITIZER_DESTROY (the real default is context), and
+--show-backtrace as KVDIAG_FAKE_SANITIZER_BACKTRACE (the real default, yes, prints frames).
 
 recorded    the controls' tests: PROGRAM is `python -m kvdiag.controls.launch NAME --cubin C`
             or an nvcc-built canary program `<cache>/NAME-<hash>.exe ARGS`;
@@ -88,7 +89,8 @@ def streamed() -> None:
                                            "KVDIAG_FAKE_SANITIZER_STREAM": "1",
                                            "KVDIAG_FAKE_SANITIZER_TOOL": opts.get("--tool", ""),
                                            "KVDIAG_FAKE_SANITIZER_DESTROY": opts.get("--destroy-on-device-error",
-                                                                                     "context")})
+                                                                                     "context"),
+                                           "KVDIAG_FAKE_SANITIZER_BACKTRACE": opts.get("--show-backtrace", "yes")})
         seen = channel.read_text()
     finally:
         channel.unlink(missing_ok=True)

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kvdiag.engine.discover.cases import CaseRecord, totals
 from kvdiag.engine.discover.matching import match_roots
+from kvdiag.engine.discover.reframe import apply_frames
 from kvdiag.engine.discover.roots import Root, group_roots
 
 KIND = "discover"
@@ -44,6 +45,7 @@ class DiscoverResult:
     numeric_runs: list[dict[str, Any]] = field(default_factory=list)  # the numeric test's processes (discover.numeric)
     routing: dict[str, Any] = field(default_factory=dict)   # tools routed by shared memory (discover.routing)
     backtrace: str = "auto"                            # --backtrace: per tool (auto), device or no (discover.batch)
+    frames: list[dict[str, Any]] = field(default_factory=list)  # frameless roots' smallest cases rerun (discover.reframe)
 
     @property
     def defects(self) -> list[Root]:
@@ -66,14 +68,15 @@ class DiscoverResult:
                 "run_dir": str(self.run_dir) if self.run_dir else None,
                 "roots": [r.to_dict() for r in self.defects], "warnings": [r.to_dict() for r in self.warnings],
                 "processes": list(self.processes), "program": self.program, "numeric_runs": list(self.numeric_runs),
-                "routing": dict(self.routing), "backtrace": self.backtrace,
+                "routing": dict(self.routing), "backtrace": self.backtrace, "frames": list(self.frames),
                 "relative": dict(self.relative),
                 "source_lines": dict(self.source_lines), "cases": [r.to_dict() for r in self.records]}
 
 
 def build_roots(records: Iterable[CaseRecord], relative: Mapping[str, str], source_lines: Mapping[str, str],
-                entries: Sequence[Any] = ()) -> list[Root]:
-    """The roots of ``records`` with their tree paths and lines, matched against ``entries``."""
+                entries: Sequence[Any] = (), frames: Sequence[Mapping[str, Any]] = ()) -> list[Root]:
+    """The roots of ``records`` with their tree paths and lines, matched against ``entries``, with the
+    launching kernels that ``frames`` found for them."""
     roots = group_roots(records, relative)
     for root in roots:
         path, sep, line = root.key.site.rpartition(":")
@@ -82,6 +85,7 @@ def build_roots(records: Iterable[CaseRecord], relative: Mapping[str, str], sour
             root.path = path if (path in relative.values() or "/" in path) else None
         root.source_line = source_lines.get(root.key.site)
     match_roots(roots, entries)
+    apply_frames(roots, frames)
     return roots
 
 
@@ -99,6 +103,7 @@ def from_document(doc: Mapping[str, Any], entries: Sequence[Any] = ()) -> Discov
                             target=doc.get("target"), shard=doc.get("shard"),
                             kvdiag_version=str(doc.get("kvdiag_version") or ""), registry=doc.get("registry"),
                             program=doc.get("program"), numeric_runs=list(doc.get("numeric_runs") or ()),
-                            routing=dict(doc.get("routing") or {}), backtrace=str(doc.get("backtrace") or "device"))
-    result.roots = build_roots(records, relative, source_lines, entries)
+                            routing=dict(doc.get("routing") or {}), backtrace=str(doc.get("backtrace") or "device"),
+                            frames=[dict(row) for row in doc.get("frames") or () if isinstance(row, Mapping)])
+    result.roots = build_roots(records, relative, source_lines, entries, result.frames)
     return result

@@ -77,6 +77,7 @@ class Root:
     known: str | None = None                                         # the registry entry it matches
     matched_by: str | None = None                                    # why it matches that entry
     example: dict[str, Any] | None = None                            # one finding, as printed
+    frames: dict[str, Any] | None = None                             # its smallest case rerun with frames (discover.reframe)
 
     @property
     def is_abort(self) -> bool:
@@ -119,7 +120,8 @@ class Root:
                 "peers": dict(sorted(self.peers.items())), "cases": self.cases, "errors": self.errors,
                 "printed": self.printed, "numeric_failed": self.numeric_failed,
                 "numeric_unchecked": self.numeric_unchecked, "smallest": self.smallest,
-                "known": self.known, "matched_by": self.matched_by, "example": self.example}
+                "known": self.known, "matched_by": self.matched_by, "example": self.example,
+                "frames": self.frames}
 
 
 def group_roots(records: Iterable[CaseRecord], relative: Mapping[str, str] | None = None) -> list[Root]:

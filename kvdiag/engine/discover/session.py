@@ -25,7 +25,10 @@ from kvdiag.engine.scan.dispatch import dispatch
 from kvdiag.engine.discover.batch import ROUTE, Runner, Unit, UnitOutcome, run_unit
 from kvdiag.engine.discover.cases import CUT, CaseRecord
 from kvdiag.engine.discover.numeric import run_numeric
+from kvdiag.engine.discover.frames import frameless_tools
 from kvdiag.engine.discover.program import choose_program
+from kvdiag.engine.discover.reframe import reframe
+from kvdiag.engine.discover.reframe import apply_frames
 from kvdiag.engine.discover.result import DiscoverResult, build_roots
 from kvdiag.engine.discover.roots import relative_paths
 from kvdiag.engine.discover.routing import SharedMemoryRouter, plan_routing
@@ -141,11 +144,19 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
         result.records, result.numeric_runs = run_numeric(
             result.records, binary=binary, log_dir=run_dir.logs, budget_s=case_budget_s, workers=workers,
             env={"CUDA_VISIBLE_DEVICES": visible_value(device)} if device is not None else None, cancel=cancel)
-    result.wall_s = time.monotonic() - started
     result.records += unrun(space, chosen_tools, result.records, result.interrupted)
     source_dir = target.build.source_dir if target.build is not None else None
     result.relative, result.source_lines = tree_facts(result.records, source_dir)
     result.roots = build_roots(result.records, result.relative, result.source_lines, entries)
+    frameless = frameless_tools(chosen_tools, backtrace)
+    if frameless and not result.interrupted and not cancel.is_set():
+        progress.say(f"discover: the launching kernels of {', '.join(frameless)}'s roots: each root's smallest "
+                     f"case again with device frames")
+        result.frames = reframe(result.roots, frameless, runner, workers=workers, relative=result.relative,
+                                device=device)
+        apply_frames(result.roots, result.frames)
+        result.interrupted = cancel.is_set()
+    result.wall_s = time.monotonic() - started
     save_discovery(result.to_dict(), run_dir.path / DISCOVER_FILE)
     return result
 

@@ -13,6 +13,9 @@ Five ops; each case behaves by its op and parameters, and only under the tool th
     SCALE      listed NOT SUPPORTED by the backend.
 
 With a file `<build>/long-line`, each ADD case first prints a megabyte line without a space.
+With a file `<build>/divergent-barrier`, synccheck reports a divergent barrier in the inlined
+block_reduce (common.cuh:530) in every SOFT_MAX case, with its device frame (the kernel
+soft_max_f32) only when the sanitizer prints frames (--show-backtrace).
 
 `support` mode lists the cases (`-o` a comma-separated list of ops, `-p` a regex); `test` mode
 runs the selected ones, printing each case's status after it ran (current ggml's convention),
@@ -92,6 +95,15 @@ def race(params: str, op: str) -> list[str]:
     return []
 
 
+def barrier(params: str, op: str) -> list[str]:
+    if tool() != "synccheck" or op != "SOFT_MAX" or not (fakeops.BUILD / "divergent-barrier").exists():
+        return []
+    frame = [f"{M}         Device Frame: {SOFT_MAX_FN}+0x8d0 in softmax.cu:151"] if fakeops.device_frames() else []
+    return [f"{M} Barrier error detected. Divergent thread(s) in block.",
+            f"{M}     at {BLOCK_REDUCE}+0x100 in common.cuh:530",
+            f"{M}     by thread (0,0,0) in block (0,0,0)"] + frame + [f"{M} "]
+
+
 def listed(ops: list[str]) -> list[tuple[str, str]]:
     wanted = fakeops.option("-o")
     chosen = wanted.split(",") if wanted else list(CASES)
@@ -133,7 +145,7 @@ def test_mode(mode: str = "test") -> None:
                 time.sleep(60)
         if op == "ADD" and (fakeops.BUILD / "long-line").exists():
             fakeops.out("z" * (1 << 20))          # a megabyte without a space, before the case's status
-        fakeops.sanitizer_sees(race(params, op))
+        fakeops.sanitizer_sees(race(params, op) + barrier(params, op))
         if op == "CPY" and "ne=[4096" in params and mode == "test":
             fakeops.case(params, "[CPY] NMSE = 0.123456789 > 0.000000100 " + fakeops.RED_FAIL, op=op)
             continue

@@ -167,6 +167,11 @@ def streamed_report() -> bool:
     return bool(os.environ.get("KVDIAG_FAKE_SANITIZER_STREAM"))
 
 
+def device_frames() -> bool:
+    """The sanitizer prints each record's device frames (--show-backtrace yes or device; no: none)."""
+    return os.environ.get("KVDIAG_FAKE_SANITIZER_BACKTRACE", "yes") in ("yes", "device")
+
+
 def destroy_on_device_error() -> str:
     """What the sanitizer does on a device error: end the context (default) or only the kernel."""
     return os.environ.get("KVDIAG_FAKE_SANITIZER_DESTROY", "context")
