@@ -306,8 +306,19 @@ def test_the_tools_take_turns_so_a_discovery_cut_short_has_judged_some_of_each()
 
     space = SuiteSpace(supported={"A": tuple(f"a={i}" for i in range(6)), "B": ("b=1",)})
     units = discover_session.plan_units(space, ("racecheck", "synccheck"), all_workers=2)
-    assert [(u.tool, len(u.cases)) for u in units] == [("racecheck", 4), ("synccheck", 4), ("racecheck", 2),
-                                                        ("synccheck", 2), ("racecheck", 1), ("synccheck", 1)]
+    assert [(u.tool, len(u.cases)) for u in units] == [("racecheck", 3), ("synccheck", 3), ("racecheck", 3),
+                                                        ("synccheck", 3), ("racecheck", 1), ("synccheck", 1)]
+
+
+def test_an_ops_heaviest_cases_are_dealt_over_its_processes_and_the_heaviest_process_starts_first():
+    """test-backend-ops lists shapes small to large: sliced, one process would get every large row."""
+    from kvdiag.engine.discover.space import SuiteSpace
+
+    rows = tuple(f"ne=[{1 << i},1,1,1],k=1" for i in range(4, 12))          # 16 .. 2048 elements, in order
+    space = SuiteSpace(supported={"TOP_K": rows})
+    units = discover_session.plan_units(space, ("racecheck",), all_workers=2)
+    assert [u.cases for u in units] == [rows[1::2], rows[0::2]]             # dealt; the heavier share first
+    assert all(len(u.cases) == 4 for u in units)
 
 
 def test_shards_merge_into_the_roots_of_the_whole_discovery(tmp_path, monkeypatch, discovered):

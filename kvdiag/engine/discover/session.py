@@ -25,6 +25,7 @@ from kvdiag.engine.scan.dispatch import dispatch
 from kvdiag.engine.discover.batch import ROUTE, Runner, Unit, UnitOutcome, run_unit
 from kvdiag.engine.discover.cases import CUT, CaseRecord
 from kvdiag.engine.discover.numeric import run_numeric
+from kvdiag.engine.discover.findings import case_elements
 from kvdiag.engine.discover.frames import frameless_tools
 from kvdiag.engine.discover.program import choose_program
 from kvdiag.engine.discover.reframe import reframe
@@ -34,7 +35,7 @@ from kvdiag.engine.discover.roots import relative_paths
 from kvdiag.engine.discover.routing import SharedMemoryRouter, plan_routing
 from kvdiag.engine.discover.space import SuiteSpace, list_suite
 from kvdiag.engine.verdict.target import controls_gate_provider
-from kvdiag.engine.scan.batch import MAX_BATCH, cases_per_pattern
+from kvdiag.engine.scan.batch import MAX_BATCH, cases_per_pattern, deal
 from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.errors import CaseListingFailed, ScanNotRun
 from kvdiag.home import kvdiag_home
@@ -195,22 +196,34 @@ def route_units(space: SuiteSpace) -> list[Unit]:
     units: list[Unit] = []
     for op, cases in space.supported.items():
         size = max(1, min(ROUTE_BATCH, cases_per_pattern(cases)))
-        units += [Unit(ROUTE, op, tuple(cases[i:i + size])) for i in range(0, len(cases), size)]
+        units += [Unit(ROUTE, op, tuple(dealt)) for dealt in deal(list(cases), size)]
     return sorted(units, key=lambda u: -len(u.cases))
 
 
 def plan_units(space: SuiteSpace, tools: Sequence[str], all_workers: int, batch: int = 0) -> list[Unit]:
-    """The processes to start: each op's cases in batches (batch_size); each tool's largest first, the
-    tools in turn."""
+    """The processes to start: each op's cases dealt into batches (batch_size); each tool's largest
+    first, the tools in turn.
+
+    Dealt, not sliced: test-backend-ops lists an op's shapes from small to large, so consecutive
+    slices put all of its heaviest cases in one or two processes that outlive the rest. On the H200
+    (device session 19) TOP_K's sliced batches under racecheck ran 6.5 s to over 336 s, the last
+    one holding the 65536- to 524288-element rows. Among batches of one size, the one with the
+    most elements (engine.discover.findings.case_elements) starts first, so that the heavy ones
+    are not the last to begin."""
     per_tool: list[list[Unit]] = []
     for tool in tools:
         units: list[Unit] = []
         for op, cases in space.supported.items():
             size = batch_size(space.cases, all_workers, batch, cases)
-            units += [Unit(tool, op, tuple(cases[i:i + size])) for i in range(0, len(cases), size)]
-        per_tool.append(sorted(units, key=lambda u: -len(u.cases)))
+            units += [Unit(tool, op, tuple(dealt)) for dealt in deal(list(cases), size)]
+        per_tool.append(sorted(units, key=lambda u: (-len(u.cases), -unit_elements(u))))
     # The tools take turns: a discovery cut short by a deadline has judged some of every tool's cases.
     return [unit for turn in itertools.zip_longest(*per_tool) for unit in turn if unit is not None]
+
+
+def unit_elements(unit: Unit) -> int:
+    """How heavy a unit is, for its place in the queue: its cases' elements added up."""
+    return sum(case_elements(params) for params in unit.cases)
 
 
 def unrun(space: SuiteSpace, tools: Sequence[str], records, interrupted: bool) -> list[CaseRecord]:

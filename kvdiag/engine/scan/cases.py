@@ -33,6 +33,7 @@ from kvdiag.engine.scan.batch import (
     batch_step,
     batchable,
     cases_per_pattern,
+    deal,
     run_batch,
 )
 from kvdiag.engine.verdict.target import Target
@@ -355,20 +356,6 @@ def units_of(numbered: Sequence[tuple[int, str]], size: int, alone: Sequence[str
     rest = [case for case in numbered if case[1] not in apart]
     batches = [rest[i:i + size] for i in range(0, len(rest), size)] if in_order else deal(rest, size)
     return [[case] for case in numbered if case[1] in apart] + batches
-
-
-def deal(numbered: Sequence[tuple[int, str]], size: int) -> list[list[tuple[int, str]]]:
-    """The cases dealt round-robin into batches of at most `size`.
-
-    test-backend-ops lists a case space in nested loops, so its heaviest shapes come
-    together (for D2's hsk=256 space, kv=16384 with nb=512 at the end); in consecutive
-    batches one batch gets them all and sets the wall (measured on two H200s: 9.3 s for
-    that batch of 6 cases, 5.2 to 5.8 s for the average batch). Dealt, every batch gets
-    its share, and each keeps the listing's order."""
-    if size <= 1:
-        return [[case] for case in numbered]
-    n = -(-len(numbered) // size)
-    return [list(numbered[i::n]) for i in range(n)]
 
 
 def _batch_row(outcome: BatchOutcome, device: Any) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from kvdiag.engine.verdict.launch_program import lister_for, program_for, with_l
 from kvdiag.engine.evidence.launch_proof import LaunchJudgement, judge_launch
 from kvdiag.engine.verdict.planning import TemplateProblem
 from kvdiag.engine.verdict.presence import with_range
-from kvdiag.engine.scan.cases import deal
+from kvdiag.engine.scan.batch import deal
 from kvdiag.engine.scan.batch import batch_regex, batch_timeout, cases_per_pattern
 from kvdiag.engine.verdict.target import Target
 from kvdiag.records.verdict import Attempt, Evidence, Verdict
@@ -74,7 +74,7 @@ def route_step(step: Step) -> Step:
 
 def route_batch_size(n_cases: int, workers: int, most: int = ROUTE_MAX_BATCH) -> int:
     """One route process per worker, at most ``most`` cases each (dealt as the detect phase's
-    batches are, engine.scan.cases.deal, so the heavy shapes spread over the processes)."""
+    batches are, engine.scan.batch.deal, so the heavy shapes spread over the processes)."""
     if n_cases <= 0 or workers <= 0:
         return 1
     return max(1, min(most, math.ceil(n_cases / workers)))
