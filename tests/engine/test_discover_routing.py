@@ -57,11 +57,23 @@ def test_a_batch_goes_as_soon_as_it_is_full_and_an_ops_rest_once_its_listing_end
     assert "its synccheck process listed 2 launch(es), none holding shared memory" in spared[0].why
     units, spared = router.take([record("d", state=CUT, launches=None, shared=None), record("c", shared=1),
                                  record("c", tool="racecheck")])         # another tool's record is not a listing
-    assert units == [Unit("racecheck", "ADD", ("a", "d"))]              # full at d, before ADD's listing ended
-    units, spared = router.take([record("e")])                          # e spared, the listing ends: c goes
-    assert units == [Unit("racecheck", "ADD", ("c",))] and [r.params for r in spared] == ["e"]
+    # a, d and c need racecheck, a batch's worth before ADD's listing ended: all three go, dealt over two
+    assert units == [Unit("racecheck", "ADD", ("a", "c")), Unit("racecheck", "ADD", ("d",))]
+    units, spared = router.take([record("e")])                          # e spared, the listing ends: nothing left
+    assert units == [] and [r.params for r in spared] == ["e"]
     assert router.counts == {"sanitized": 4, "spared": 2}
     assert router.take([record("a")]) == ([], [])                        # a case listed twice counts once
+
+
+def test_one_listing_processs_cases_are_dealt_so_its_heaviest_do_not_share_a_process():
+    """A listing process gives its cases small to large; racecheck's batches each get a share of the large."""
+    rows = tuple(f"ne=[{1 << i},1,1,1]" for i in range(8))
+    router = SharedMemoryRouter(plan_routing(("racecheck",), "launch"), {"TOP_K": rows + ("z",)},
+                                batch_size=lambda cases: 4)
+    units, _ = router.take([record(p, tool=ROUTE, op="TOP_K", shared=64) for p in rows])
+    assert [u.cases for u in units] == [rows[0::2], rows[1::2]]
+    units, _ = router.take([record("z", tool=ROUTE, op="TOP_K", shared=64)])      # the op's last case, alone
+    assert [u.cases for u in units] == [("z",)]
 
 
 def test_a_route_pass_names_itself_in_the_reason():
