@@ -498,7 +498,10 @@ class _Block:
         if m:
             self.peers.append(parse_site(m.group("site")))
             if m.group("n"):
-                self.hazards = to_int(m.group("n"))
+                # A read racing with several writes prints one "and ... access" line per write, each with
+                # its own count (an H100's FLASH_ATTN_EXT record: six, 3840 to 32512 hazards): the
+                # record stands for all of them.
+                self.hazards = (self.hazards or 0) + to_int(m.group("n"))
             return
         m = _RACE_THREAD.match(text)
         if m:

@@ -414,3 +414,13 @@ def test_parse_site_forms():
     assert parse_site("0xc8 in a/b.cuh:75:void v<double>(double*, int)") == Frame(
         "void v<double>(double*, int)", "v", "a/b.cuh", 75, "0xc8", ("double",)
     )
+
+
+def test_a_race_record_with_several_writes_stands_for_the_hazards_of_every_write():
+    """Recorded on an H100 (device session 20): a FLASH_ATTN_EXT read racing with six writes, one line each."""
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "device" / "h100-session20" / "fp16-race.log"
+    findings = parse_sanitizer(path.read_text(), "racecheck").findings
+    assert [f.hazards for f in findings] == [4096 + 4032 + 3840 + 31744 + 31552 + 32512,
+                                             4288 + 4096 + 4032 + 30784 + 31744 + 31552]
+    assert [len(f.peers) for f in findings] == [6, 6]
+    assert {(p.file, p.line) for f in findings for p in f.peers} == {("cuda_fp16.hpp", 264)}
