@@ -17,6 +17,7 @@ from tabulate import tabulate
 
 from kvdiag.engine.discover.cases import CUT, totals
 from kvdiag.engine.discover.frames import MIXED_BACKTRACE, frameless_tools
+from kvdiag.engine.discover.reframe import FRAMES, LAUNCHES
 from kvdiag.engine.discover.result import DiscoverResult
 from kvdiag.engine.discover.roots import Root
 
@@ -30,11 +31,13 @@ def _row(root: Root, markdown: bool = False, frameless: Sequence[str] = ()) -> l
     d = root.to_dict()
     tick = "`" if markdown else ""
     smallest = d["smallest"] or {}
-    framed = (d.get("frames") or {}).get("kernels")
+    rerun = d.get("frames") or {}
+    framed = rerun.get("kernels")
     names = list(framed or d["kernels"])
     kernels = ", ".join(names[:3]) + (" …" if len(names) > 3 else "")
     if framed:
-        kernels += " (frames of its smallest case)"
+        kernels += (" (frames of its smallest case)" if rerun.get("by", FRAMES) == FRAMES
+                    else " (holding shared memory in its smallest case)")
     elif d["tool"] in frameless:
         kernels += " (no frames)"
     ops = ", ".join(f"{op} {n}" for op, n in d["ops"].items())
@@ -95,11 +98,22 @@ def backtrace_line(result: DiscoverResult) -> str | None:
         return None
     line = (f"backtrace: {', '.join(tools)} without device frames (--backtrace {result.backtrace}): an inlined "
             "function names itself as its kernel")
-    if result.frames:
-        named = sum(1 for row in result.frames if row.get("kernels"))
-        line += (f"; {named} of {len(result.frames)} such root(s) had their smallest case run again with device "
+    framed = [row for row in result.frames if row.get("by", FRAMES) == FRAMES]
+    if framed:
+        named = sum(1 for row in framed if row.get("kernels"))
+        line += (f"; {named} of {len(framed)} such root(s) had their smallest case run again with device "
                  f"frames, which name their launching kernels")
     return line
+
+
+def launches_line(result: DiscoverResult) -> str | None:
+    """How the racecheck roots got their kernels: racecheck's race records carry no device frames."""
+    rows = [row for row in result.frames if row.get("by") == LAUNCHES]
+    if not rows:
+        return None
+    named = sum(1 for row in rows if row.get("kernels"))
+    return (f"kernels: racecheck's race records name no launching kernel; {named} of {len(rows)} racecheck root(s) "
+            f"name the kernels holding shared memory among the launches of their smallest case, run alone")
 
 
 def routing_line(result: DiscoverResult) -> str | None:
@@ -132,9 +146,7 @@ def render_text(result: DiscoverResult) -> str:
     routed = routing_line(result)
     if routed:
         out.append(routed)
-    frameless = backtrace_line(result)
-    if frameless:
-        out.append(frameless)
+    out += [line for line in (backtrace_line(result), launches_line(result)) if line]
     if result.program:
         out.append(f"program: {result.program.get('mode')} mode ({result.program.get('why')})"
                    + (f"; numeric test of the cases with findings: {len(result.numeric_runs)} process(es)"
@@ -155,7 +167,8 @@ def render_text(result: DiscoverResult) -> str:
 
 
 def render_markdown(result: DiscoverResult) -> str:
-    notes = [line for line in (time_line(result), routing_line(result), backtrace_line(result)) if line]
+    notes = [line for line in (time_line(result), routing_line(result), backtrace_line(result),
+                               launches_line(result)) if line]
     out = ["# kvdiag discover", "", totals_line(result), ""] + [f"{line}\n" for line in notes]
     if result.defects:
         out += [tabulate([_row(r, True, _frameless(result)) for r in result.defects], headers=HEADERS,
@@ -208,7 +221,7 @@ def render_html(result: DiscoverResult) -> str:
 
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>kvdiag discover</title></head><body>",
              "<h1>kvdiag discover</h1>", f"<p>{html.escape(totals_line(result))}</p>"]
-    parts += [f"<p>{html.escape(line)}</p>" for line in (backtrace_line(result),) if line]
+    parts += [f"<p>{html.escape(line)}</p>" for line in (backtrace_line(result), launches_line(result)) if line]
     parts.append(table(result.defects))
     if result.warnings:
         parts += ["<h2>Racecheck warnings (not counted as defects)</h2>", table(result.warnings)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -181,7 +182,7 @@ def test_racecheck_is_spared_the_cases_whose_launches_hold_no_shared_memory_list
                                                                                                  monkeypatch):
     doc, modes, _ = discover(tmp_path, monkeypatch, "--tool", "racecheck,synccheck", "--ops", "CPY,ADD,MUL_MAT")
     assert doc["routing"]["routed"] == ["racecheck"] and doc["routing"]["source"] == "synccheck"
-    assert not any(m.startswith("launch none ") for m in modes)        # synccheck listed: no route pass
+    assert not any(p["tool"] == "route" for p in doc["processes"])      # synccheck listed: no route pass
     racecheck = {c["params"]: c for c in doc["cases"] if c["tool"] == "racecheck"}
     synccheck = {c["params"]: c for c in doc["cases"] if c["tool"] == "synccheck"}
     assert len(racecheck) == len(synccheck) == 10                      # every case under both tools
@@ -205,14 +206,14 @@ def test_no_route_sanitizes_every_case_and_says_so(tmp_path, monkeypatch):
     doc, modes, _ = discover(tmp_path, monkeypatch, "--no-route")
     assert doc["routing"] == {"routed": [], "source": None, "why": "--no-route: every case sanitized under every tool"}
     assert not any(c["state"] == "spared" for c in doc["cases"])
-    assert not any(m.startswith("launch none ") for m in modes)
+    assert not any(p["tool"] == "route" for p in doc["processes"])
 
 
 def test_racecheck_alone_lists_the_launches_in_a_route_pass_without_a_sanitizer(tmp_path, monkeypatch):
     doc, modes, _ = discover(tmp_path, monkeypatch)
     assert doc["routing"]["source"] == "route"
-    route = [m for m in modes if m.startswith("launch none ")]
-    assert sorted(route) == ["launch none ADD", "launch none CPY", "launch none SOFT_MAX"]
+    route = sorted(p["op"] for p in doc["processes"] if p["tool"] == "route")
+    assert route == ["ADD", "CPY", "SOFT_MAX"]
     assert {p["tool"] for p in doc["processes"]} == {"route", "racecheck"}
     assert not any(c["tool"] == "route" for c in doc["cases"])           # the route pass judges nothing
     sanitized = sorted(m for m in modes if " racecheck " in m)
@@ -321,3 +322,40 @@ def test_a_framed_run_that_finds_nothing_at_the_site_says_so_and_the_root_keeps_
     assert row["kernels"] == {} and row["why"] == "the framed run reported nothing at this root's site (clean)"
     apply_frames([root], [row])
     assert root.frames == row and root.kernels == {"block_reduce": 3}
+
+
+def test_a_racecheck_root_names_the_kernels_holding_shared_memory_among_its_smallest_cases_launches(tmp_path,
+                                                                                                     monkeypatch):
+    """Racecheck's race records carry no device frames: the CPY race names only its reporting function."""
+    doc, modes, _ = discover(tmp_path, monkeypatch, "--ops", "CPY")
+    root = root_at(doc, "src/ggml-cuda/cpy.cu:57")
+    assert root["kernels"] == {"cpy_f32_q": 2}
+    row = root["frames"]
+    assert row["by"] == "launches" and row["why"] is None and row["params"] == "type_src=f32,type_dst=q4_0,ne=[32,4,1,1]"
+    assert row["kernels"] == {"cpy_f32_q": 1} and list(row["instantiations"]) == ["cpy_f32_q<&quantize_block_q4_0, 32>"]
+    assert modes.count("launch none CPY") == 2                           # the route pass, and the root's case alone
+    argv = json.loads((Path(doc["run_dir"]) / "logs" / "launches-00001.cmd.json").read_text())["argv"]
+    assert "compute-sanitizer" not in " ".join(argv) and argv[argv.index("-p") + 1] == f"^({re.escape(row['params'])})$"
+
+
+def test_a_racecheck_root_whose_smallest_case_lists_no_shared_memory_says_so():
+    from kvdiag.engine.discover.cases import CLEAN, CaseRecord
+    from kvdiag.engine.discover.reframe import launches_row
+    from kvdiag.engine.discover.roots import Root, RootKey
+
+    root = Root(RootKey("racecheck", "race-hazard", "cuda_fp16.h:5122", "__half2::__half2"),
+                kernels={"__half2::__half2": 1}, smallest={"op": "FLASH_ATTN_EXT", "params": "n=1", "elements": 1})
+    assert launches_row(root, [])["why"] == "its launches named no kernel holding shared memory (it gave no record)"
+    record = CaseRecord(tool="route", op="FLASH_ATTN_EXT", params="n=1", state=CLEAN)
+    assert launches_row(root, [record])["why"] == "its launches named no kernel holding shared memory (clean)"
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_the_reports_say_how_a_racecheck_roots_kernels_were_named(tmp_path, monkeypatch, fmt):
+    from kvdiag.engine.discover.result import from_document
+    from kvdiag.report.discover_formats import render
+
+    doc, _, _ = discover(tmp_path, monkeypatch, "--ops", "CPY")
+    shown = render(from_document(doc), fmt)
+    assert "cpy_f32_q (holding shared memory in its smallest case)" in shown
+    assert "1 of 1 racecheck root(s) name the kernels holding shared memory" in shown

@@ -149,12 +149,12 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
     source_dir = target.build.source_dir if target.build is not None else None
     result.relative, result.source_lines = tree_facts(result.records, source_dir)
     result.roots = build_roots(result.records, result.relative, result.source_lines, entries)
-    frameless = frameless_tools(chosen_tools, backtrace)
-    if frameless and not result.interrupted and not cancel.is_set():
-        progress.say(f"discover: the launching kernels of {', '.join(frameless)}'s roots: each root's smallest "
-                     f"case again with device frames")
-        result.frames = reframe(result.roots, frameless, runner, workers=workers, relative=result.relative,
-                                device=device)
+    if not result.interrupted and not cancel.is_set():
+        result.frames = reframe(result.roots, frameless_tools(chosen_tools, backtrace), runner, workers=workers,
+                                relative=result.relative, device=device)
+        if result.frames:
+            progress.say(f"discover: {len(result.frames)} root(s) whose records named no launching kernel: each "
+                         f"one's smallest case ran again alone to name it")
         apply_frames(result.roots, result.frames)
         result.interrupted = cancel.is_set()
     result.wall_s = time.monotonic() - started
