@@ -12,17 +12,24 @@ processes are judged again from their raw logs with ``judge_process``.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from collections import Counter
 from pathlib import Path
 
+from kvdiag.controls.gate import Gate
 from kvdiag.engine.discover.batch import Unit, judge_process
 from kvdiag.engine.discover.reframe import frames_row
 from kvdiag.engine.discover.result import from_document
 from kvdiag.parse.case_segments import split_cases
 from kvdiag.parse.sanitizer import parse_sanitizer
+from kvdiag.engine.evidence.observe import observe_segment
+from kvdiag.engine.scan.batch import batch_step
+from kvdiag.engine.scan.cases import scan_step
+from kvdiag.engine.verdict.judge import judge_attempt
 from kvdiag.parse.text import strip_ansi
+from kvdiag.records.verdict import Verdict
 from kvdiag.registry.loader import load_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -79,10 +86,10 @@ def _gpu_use() -> float:
                            if line.split()[1].rstrip("%,").isdigit())
 
 
-def test_the_whole_suite_found_d2_and_a_racecheck_error_root_in_fa_that_no_entry_names():
+def test_the_whole_suite_found_d2_and_a_racecheck_error_root_in_fa_that_no_entry_named():
     result = from_document(document("whole"), load_registry(None).entries)
     roots = {(r.key.site, r.known) for r in result.defects}
-    assert roots == {("src/ggml-cuda/fattn-mma-f16.cuh:1538", "D2"), ("cuda_fp16.h:5122", None)}
+    assert roots == {("src/ggml-cuda/fattn-mma-f16.cuh:1538", "D2"), ("cuda_fp16.h:5122", "D18")}  # D18: from it
     fp16 = next(r for r in result.defects if r.key.site == "cuda_fp16.h:5122")
     assert (fp16.key.tool, fp16.key.kind, fp16.key.function, fp16.key.warning) == ("racecheck", "race-hazard",
                                                                                   "__half2::__half2", False)
@@ -167,3 +174,65 @@ def test_top_k_s_routed_racecheck_batches_took_the_heavy_rows_together():
     over = [p for p in doc["processes"] if (p.get("why") or "").startswith("over its budget")]
     assert len(over) == 1 and over[0]["cases"] == 32 and over[0]["judged"] == 10
     assert doc["totals"]["judged"] == 256 and doc["totals"]["cut"] == 44
+
+
+# ---------------------------------------------------------------- D18, the entry drafted from the new root
+
+def test_d18_is_the_root_s_entry_and_its_fast_step_selects_the_root_s_smallest_case():
+    registry = load_registry(None)
+    result = from_document(document("whole"), registry.entries)
+    fp16 = next(r for r in result.defects if r.key.site == "cuda_fp16.h:5122")
+    assert fp16.known == "D18"
+    d18 = registry.get("D18")
+    assert re.search(d18.default_step.vars["params"], FP16_SMALLEST)
+    others = [c["params"] for c in document("whole")["cases"] if c["op"] == "FLASH_ATTN_EXT"
+              and c["tool"] == "racecheck" and c["params"] != FP16_SMALLEST]
+    assert others and not any(re.search(d18.default_step.vars["params"], p) for p in others)
+    hit = {c["params"] for c in document("whole")["cases"] if c["tool"] == "racecheck" and c["state"] == "findings"
+           and any(f["file"] == "cuda_fp16.h" for f in c["findings"])}
+    assert all(re.search(d18.scan.params, p) for p in hit)            # its scan space holds every case hit
+
+
+def _judged_as(entry_id: str, text: str, params: str, listed: bool = False):
+    entry = load_registry(None).get(entry_id)
+    split = split_cases(text, "racecheck")
+    obs = observe_segment(batch_step(scan_step(entry)), text, split, split.segment(params), listed)
+    return judge_attempt(entry, obs, Gate(True, "racecheck's control passed on the H100"), 1, 0.0)
+
+
+def test_d18_is_confirmed_by_the_smallest_case_run_alone_quoting_the_read_and_the_writes():
+    attempt = _judged_as("D18", (FIXTURE / "fp16-race.log").read_text(), FP16_SMALLEST)
+    assert attempt.verdict is Verdict.CONFIRMED, attempt.reason
+    quoted = "\n".join(attempt.evidence.quoted)
+    assert "Read access at __half2::__half2(const __half2&)+0x7ab0 in cuda_fp16.h:5122" in quoted
+
+
+def test_d18_is_confirmed_in_the_discovery_s_own_batch_and_not_in_its_other_cases():
+    text = strip_ansi(read_gz(FIXTURE / "logs" / "whole" / "racecheck-00063.stdout.log.gz"))
+    assert _judged_as("D18", text, FP16_SMALLEST).verdict is Verdict.CONFIRMED
+    others = [s.case.params for s in split_cases(text, "racecheck").segments if s.case.params != FP16_SMALLEST]
+    assert len(others) == 31
+    judged = [_judged_as("D18", text, p) for p in others]
+    assert {a.verdict for a in judged} == {Verdict.NOT_REPRODUCED}
+    # One of them printed a racecheck warning elsewhere (fattn-common.cuh): set apart, not D18's signature.
+    assert sum("the other findings: 1 racecheck warning(s)" in a.reason for a in judged) == 1
+
+
+def test_d18_sites_are_the_lines_racecheck_s_offsets_disassemble_to():
+    """tests/fixtures/offline/d18-nvdisasm.txt: the kernel's instance compiled offline with the build's nvcc
+    command and disassembled with its line table; every offset racecheck printed maps to a D18 site."""
+    table = (FIXTURE.parent.parent / "offline" / "d18-nvdisasm.txt").read_text()
+    race = table.split("[race]\n")[1].split("#")[0]
+    chains = {}
+    for line in race.splitlines():
+        offset, _, rest = line.partition("  ")
+        chains[int(offset, 16)] = rest
+    printed = {int(m, 16) for m in re.findall(r"\+0x([0-9a-f]+) in cuda_fp16", (FIXTURE / "fp16-race.log").read_text())}
+    assert printed == set(chains)
+    lines = {int(n) for rest in chains.values() for n in re.findall(r"cuda_fp16\.hp*:\d+ <- fattn-mma-f16\.cuh:(\d+)", rest)}
+    assert lines == {1670, 1230, 1237}
+    d18 = load_registry(None).get("D18")
+    recorded = {site["at"]["d99724f2b141"] for site in d18.location["sites"]}
+    assert {1670, 1230} <= recorded and "1237" in d18.location["lines"]
+    fixed = table.split("[fixed]\n")[1].splitlines()
+    assert len(fixed) == 3 and all("BAR.SYNC  fattn-mma-f16.cuh:1693" in line for line in fixed)

@@ -33,7 +33,11 @@ def test_real_probes_parse_with_every_field():
     probes = load_probes(REAL)
     assert probes.problems == ()
     assert set(probes.names()) == {"D2-fix-uniform-barrier", "D2-count-divergent-barrier", "print-every-case-error",
-                                   "D11-f16-concat-cases", "test-backend-ops-launch", "D2-without-mma-kernels"}
+                                   "D11-f16-concat-cases", "test-backend-ops-launch", "D2-without-mma-kernels",
+                                   "D18-fix-combine-barrier"}
+    d18 = probes.get("D18-fix-combine-barrier")
+    assert (d18.defect, d18.kind, d18.keeps_output_correct) == ("D18", "fix", None)    # not measured yet
+    assert d18.touched_files() == (("src/ggml-cuda/fattn-mma-f16.cuh", False),)
     fix = probes.get("D2-fix-uniform-barrier")
     assert (fix.defect, fix.kind, fix.requires) == ("D2", "fix", ())
     assert fix.repository == "https://github.com/ggml-org/ggml"

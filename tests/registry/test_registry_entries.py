@@ -16,7 +16,7 @@ import pytest
 from kvdiag.engine.verdict.planning import render_step, template_context
 from kvdiag.registry.loader import load_registry
 
-IDS = [f"D{n}" for n in range(1, 18)]
+IDS = [f"D{n}" for n in range(1, 19)]
 
 # id -> (default step kind, signature matcher types in order)
 DEFAULT_KIND_AND_SIGNATURE = {
@@ -37,6 +37,7 @@ DEFAULT_KIND_AND_SIGNATURE = {
     "D15": ("backend-ops", ["sanitizer"]),
     "D16": ("backend-ops", ["sanitizer"]),
     "D17": ("backend-ops", ["sanitizer"]),
+    "D18": ("backend-ops", ["sanitizer"]),
 }
 
 BACKEND_OPS_ARGV = ("{{ bin['test-backend-ops'] }}", "test", "-o", "{{ op }}", "-b", "{{ backend }}", "-p", "{{ params }}")
@@ -82,7 +83,7 @@ def concat_case_strings() -> list[str]:
 
 # --------------------------------------------------------------------------- loading
 
-def test_registry_loads_seventeen_entries_without_problems(registry):
+def test_registry_loads_eighteen_entries_without_problems(registry):
     assert [str(p) for p in registry.problems] == []
     assert [e.id for e in registry.entries] == IDS
 
