@@ -87,8 +87,9 @@ def _ops(value: str | None) -> tuple[str, ...]:
               help="Each record's device frames (the sanitizer's --show-backtrace). auto: synccheck without "
                    "them (capturing them is most of what a record costs where a defect reports in every "
                    "thread; its records name the barrier's own line), the other tools with them. no: no tool "
-                   "gets them; device: every tool does. Without frames the kernels column names an inlined "
-                   "function itself.")
+                   "gets them; device: every tool does. A root whose records name no launching kernel (no "
+                   "frames; racecheck's race records never have them) gets it from its smallest case run once "
+                   "more alone: with frames, or for racecheck with its launches listed.")
 @click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the processes over.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif", "html"]), default="text",
               show_default=True)
