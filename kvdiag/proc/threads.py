@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Sequence
 
-__all__ = ["Worker", "wait_all"]
+__all__ = ["Worker", "run_each", "wait_all"]
 
 _POLL_S = 0.2
 
@@ -70,3 +70,51 @@ def wait_all(workers: Sequence[Worker], on_interrupt: Callable[[], None]) -> Non
             worker.thread.join()      # its body has returned: this only lets the thread exit
         except KeyboardInterrupt:
             on_interrupt()
+
+
+def run_each(tasks: Sequence[Callable[[], Any]], on_interrupt: Callable[[], None], *, name: str,
+             at_once: int = 0) -> tuple[list[Any], bool]:
+    """Each task in a :class:`Worker` of its own, at most ``at_once`` of them running together (0: all);
+    their results in order, and whether a ``KeyboardInterrupt`` came.
+
+    On one, while the workers start or while they run, ``on_interrupt`` is called once (it should stop
+    the running tasks) and no task starts after it: its result is None. The wait then goes on as
+    :func:`wait_all`'s, never cut short with a task still running, so the caller saves every result
+    there is. A task's own exception is raised once every task has ended.
+    """
+    gate = threading.Semaphore(at_once) if at_once > 0 else None
+    stopped = threading.Event()
+    results: list[Any] = [None] * len(tasks)
+    errors: list[BaseException] = []
+
+    def body(index: int, task: Callable[[], Any]) -> None:
+        if gate is not None:
+            gate.acquire()
+        try:
+            if not stopped.is_set():
+                results[index] = task()
+        except BaseException as exc:     # re-raised in the caller's thread once every task has ended
+            errors.append(exc)
+        finally:
+            if gate is not None:
+                gate.release()
+
+    def interrupt() -> None:
+        if not stopped.is_set():
+            stopped.set()
+            on_interrupt()
+
+    workers: list[Worker] = []
+    try:
+        for index, task in enumerate(tasks):
+            worker = Worker(body, index, task, name=f"{name}-{index + 1}")
+            workers.append(worker)
+            worker.start()
+    except KeyboardInterrupt:
+        interrupt()
+    # A worker whose start() the interrupt cut before its thread began never runs: not waited for. One
+    # that did begin either ran its task (and is waited for) or finds ``stopped`` set and does nothing.
+    wait_all([w for w in workers if w.thread.ident is not None], interrupt)
+    if errors:
+        raise errors[0]
+    return results, stopped.is_set()

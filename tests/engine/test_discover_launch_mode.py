@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 import sys
 from pathlib import Path
 
@@ -359,3 +360,48 @@ def test_the_reports_say_how_a_racecheck_roots_kernels_were_named(tmp_path, monk
     shown = render(from_document(doc), fmt)
     assert "cpy_f32_q (holding shared memory in its smallest case)" in shown
     assert "1 of 1 racecheck root(s) name the kernels holding shared memory" in shown
+
+
+def test_ctrl_c_during_the_kernels_follow_up_saves_the_discovery_as_interrupted(tmp_path, monkeypatch):
+    """Every case was judged; the root's follow-up process is stopped, its row says so, nothing is lost."""
+    import _thread
+
+    from kvdiag.engine.discover import reframe
+
+    real = reframe.run_unit
+
+    def interrupted_then_run(unit, runner, **kwargs):
+        _thread.interrupt_main()                 # Ctrl-C reaches the main thread while this process starts
+        time.sleep(0.5)
+        return real(unit, runner, **kwargs)
+
+    monkeypatch.setattr(reframe, "run_unit", interrupted_then_run)
+    doc, _, code = discover(tmp_path, monkeypatch, "--tool", "synccheck", "--ops", "SOFT_MAX", staged=_barrier)
+    assert code == 130 and doc["interrupted"] is True
+    assert {c["state"] for c in doc["cases"]} == {"findings"}          # the suite itself had finished
+    [row] = doc["frames"]
+    assert row["kernels"] == {} and "interrupted" in row["why"]
+    assert root_at(doc, "src/ggml-cuda/common.cuh:530")["frames"] == row
+
+
+def test_ctrl_c_during_the_numeric_test_saves_the_discovery_as_interrupted(tmp_path, monkeypatch):
+    """The cases were judged; the numeric run is stopped and its cases keep no status (never passing)."""
+    import _thread
+
+    from kvdiag.engine.discover import numeric
+
+    real = numeric.run_command
+
+    def interrupted_then_run(*args, **kwargs):
+        _thread.interrupt_main()
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(numeric, "run_command", interrupted_then_run)
+    doc, _, code = discover(tmp_path, monkeypatch, "--ops", "CPY")
+    assert code == 130 and doc["interrupted"] is True
+    found = [c for c in doc["cases"] if c["state"] == "findings"]
+    assert len(found) == 2 and all(c["numeric"] is None for c in found)
+    [row] = doc["numeric_runs"]
+    assert row["statuses"] == 0 and "interrupted" in row["why"].lower()
+    assert doc["frames"] == []                          # the follow-up does not start after a Ctrl-C

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from kvdiag.proc.threads import Worker, wait_all
+from kvdiag.proc.threads import Worker, run_each, wait_all
 
 
 @pytest.fixture
@@ -67,3 +67,55 @@ def test_a_worker_that_raises_still_counts_as_finished():
     worker.start()
     wait_all([worker], on_interrupt=lambda: None)
     assert worker.finished and not worker.thread.is_alive()
+
+
+def test_run_each_keeps_every_result_in_order_and_runs_at_most_so_many_at_once():
+    running, most = [], []
+    lock = threading.Lock()
+
+    def task(n):
+        with lock:
+            running.append(n)
+            most.append(len(running))
+        time.sleep(0.05)
+        with lock:
+            running.remove(n)
+        return n * n
+
+    results, interrupted = run_each([lambda n=n: task(n) for n in range(6)], on_interrupt=lambda: None,
+                                    name="squares", at_once=2)
+    assert results == [0, 1, 4, 9, 16, 25] and interrupted is False
+    assert max(most) == 2
+
+
+def test_a_signal_while_the_tasks_run_stops_the_rest_and_waits_for_the_running_one(usr1_interrupts):
+    """The first task is running when SIGUSR1 lands: on_interrupt stops it, the queued ones never start."""
+    stop = threading.Event()
+    started = []
+
+    def task(n):
+        started.append(n)
+        stop.wait(5)
+        return "stopped" if stop.is_set() else "timed out"
+
+    poker = _poke_main_thread(times=1, every=0.2)
+    results, interrupted = run_each([lambda n=n: task(n) for n in range(3)], on_interrupt=stop.set,
+                                    name="stoppable", at_once=1)
+    poker.join()
+    assert interrupted is True and started == [0]
+    assert results == ["stopped", None, None]
+
+
+def test_a_task_s_own_error_is_raised_after_every_task_ended():
+    finished = []
+
+    def fails():
+        raise ValueError("the task's own fault")
+
+    def slow():
+        time.sleep(0.2)
+        finished.append(True)
+
+    with pytest.raises(ValueError, match="the task's own fault"):
+        run_each([fails, slow], on_interrupt=lambda: None, name="mixed")
+    assert finished == [True]

@@ -11,8 +11,8 @@ its budget) keeps no numeric status, and the root counts it as not tested: never
 
 from __future__ import annotations
 
+import functools
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -23,6 +23,7 @@ from kvdiag.engine.scan.batch import cases_per_pattern
 from kvdiag.parse.backend_ops import parse_backend_ops
 from kvdiag.parse.text import strip_ansi
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
+from kvdiag.proc.threads import run_each
 
 MAX_PER_PROCESS = 64
 
@@ -70,8 +71,15 @@ def run_numeric(records: Sequence[CaseRecord], *, binary: Path, log_dir: Path, b
                                                         f"{result.describe()}"
         return statuses, {**row, "wall_s": round(time.monotonic() - started, 3), "statuses": len(statuses), "why": why}
 
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kvdiag-numeric") as pool:
-        done = list(pool.map(lambda args: one(*args), [(i + 1, op, cases) for i, (op, cases) in enumerate(units)]))
+    tasks = [functools.partial(one, i + 1, op, cases) for i, (op, cases) in enumerate(units)]
+    # Ctrl-C or SIGTERM: the running processes stop (run_command watches ``cancel``), no other starts, and
+    # the caller saves the discovery as interrupted, its cases without a numeric status kept as they are.
+    results, _ = run_each(tasks, cancel.set if cancel is not None else (lambda: None), name="kvdiag-numeric",
+                          at_once=max(1, workers))
+    done = [result if result is not None else
+            ({}, {"process": f"numeric-{i + 1:05d}", "tool": None, "op": op, "cases": len(cases), "wall_s": 0.0,
+                  "statuses": 0, "why": "not run: the discovery was interrupted before it started"})
+            for i, ((op, cases), result) in enumerate(zip(units, results))]
     status: dict[tuple[str, str], str] = {}
     for (op, _), (statuses, _) in zip(units, done):
         status.update({(op, params): s for params, s in statuses.items()})

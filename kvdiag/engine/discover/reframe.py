@@ -22,14 +22,15 @@ without running anything.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from kvdiag.engine.discover.batch import ROUTE, Runner, Unit, run_unit
 from kvdiag.engine.discover.roots import MAX_LISTED, Root, root_key
 from kvdiag.parse.launches import Launch, parse_launches
+from kvdiag.proc.threads import run_each
 
 FRAMES = "frames"        # the smallest case under its tool with device frames
 LAUNCHES = "launches"    # the smallest case's launches holding shared memory (racecheck)
@@ -78,22 +79,12 @@ def reframe(roots: Sequence[Root], frameless: Sequence[str], runner: Runner, *, 
         outcome = run_unit(Unit(ROUTE, op, (params,)), listing, name=f"launches-{index:05d}", device=device)
         return launches_row(root, outcome.records, wall_s=time.monotonic() - started)
 
-    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kvdiag-frames")
-    futures = [pool.submit(one, index, root, way) for index, (root, way) in enumerate(chosen, start=1)]
-    try:
-        for future in futures:
-            future.result()
-    except KeyboardInterrupt:
-        # Ctrl-C or SIGTERM: every process stops (run_command watches the runner's cancel), the rows
-        # done are kept and the discovery is saved as interrupted by the caller.
-        if runner.cancel is not None:
-            runner.cancel.set()
-        for future in futures:
-            future.cancel()
-    finally:
-        pool.shutdown(wait=True)
-    return [f.result() if f.done() and not f.cancelled() else {**_blank(root, way), "why": STOPPED}
-            for f, (root, way) in zip(futures, chosen)]
+    tasks = [functools.partial(one, index, root, way) for index, (root, way) in enumerate(chosen, start=1)]
+    # Ctrl-C or SIGTERM: every process stops (run_command watches the runner's cancel), the rows done are
+    # kept, and the caller saves the discovery as interrupted.
+    rows, _ = run_each(tasks, runner.cancel.set if runner.cancel is not None else (lambda: None),
+                       name="kvdiag-frames", at_once=max(1, workers))
+    return [row if row is not None else {**_blank(root, way), "why": STOPPED} for row, (root, way) in zip(rows, chosen)]
 
 
 def _blank(root: Root, way: str, wall_s: float = 0.0) -> dict[str, Any]:

@@ -145,6 +145,7 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
         result.records, result.numeric_runs = run_numeric(
             result.records, binary=binary, log_dir=run_dir.logs, budget_s=case_budget_s, workers=workers,
             env={"CUDA_VISIBLE_DEVICES": visible_value(device)} if device is not None else None, cancel=cancel)
+        result.interrupted = cancel.is_set()
     result.records += unrun(space, chosen_tools, result.records, result.interrupted)
     source_dir = target.build.source_dir if target.build is not None else None
     result.relative, result.source_lines = tree_facts(result.records, source_dir)
