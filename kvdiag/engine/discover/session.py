@@ -28,8 +28,7 @@ from kvdiag.engine.discover.numeric import run_numeric
 from kvdiag.engine.discover.findings import case_elements
 from kvdiag.engine.discover.frames import frameless_tools
 from kvdiag.engine.discover.program import choose_program
-from kvdiag.engine.discover.reframe import reframe
-from kvdiag.engine.discover.reframe import apply_frames
+from kvdiag.engine.discover.reframe import apply_frames, reframe
 from kvdiag.engine.discover.result import DiscoverResult, build_roots
 from kvdiag.engine.discover.roots import relative_paths
 from kvdiag.engine.discover.routing import SharedMemoryRouter, plan_routing
