@@ -380,8 +380,13 @@ _RACE_PEER = re.compile(r"^and (?:\w+) access at (?P<site>.+?)(?:\s+\[(?P<n>[\d,
 _HAZARD_COUNT = re.compile(r"\s+\[(?P<n>[\d,]+) hazards?\]\s*$")
 
 # Hardware exceptions and other one-line headers, by the words they start with.
+HOST_API_KIND = "host-api-access"
+_HOST_API_BY = re.compile(r"\bon access by (?P<api>\S+(?: (?:source|destination))?)")
 _HEADER_WORDS = (
     ("Barrier error detected", None),
+    # memcheck and initcheck checking a host API call's access to device memory (a cudaMemcpy of
+    # memory nothing wrote, for one): no kernel, no source line; the next line names the call.
+    ("Host API memory access error", HOST_API_KIND),
     ("Uninitialized __", "uninitialized-access"),
     ("Program hit ", "api-error"),
     ("Cuda API error detected", "api-error"),
@@ -473,6 +478,8 @@ class _Block:
         elif text.startswith("in ") and self.host:
             self.host[-1] = f"{self.host[-1]} {text}"
         elif text.startswith("Address ") or (text.startswith("and is ") and self.detail):
+            self.detail.append(text)
+        elif self.kind == HOST_API_KIND:
             self.detail.append(text)
         else:
             self._race_line(text)
@@ -771,4 +778,13 @@ def site_label(site: SanitizerSite | SanitizerFinding) -> str:
         return f"{os.path.basename(site.file)}:{site.line}"
     if site.file:
         return os.path.basename(site.file)
+    if site.kind == HOST_API_KIND:
+        return host_api_label(site)
     return site.offset or "?"
+
+
+def host_api_label(site: SanitizerSite | SanitizerFinding) -> str:
+    """``host API (cudaMemcpy source)``: what a host API record touched, from its detail line."""
+    finding = site.first if isinstance(site, SanitizerSite) else site
+    m = _HOST_API_BY.search(finding.detail or "")
+    return f"host API ({m.group('api')})" if m else "host API"

@@ -47,7 +47,7 @@ SIGNATURE_TYPES = ("sanitizer", "abort", "case", "output", "exit", "stale", "rel
 RELATIVE_PICKS = ("max", "min", "first", "last")
 FINDING_KINDS = (
     "barrier-divergence", "invalid-read", "invalid-write", "misaligned-access",
-    "out-of-bounds", "race-hazard", "uninitialized-access", "api-error", "other",
+    "out-of-bounds", "race-hazard", "uninitialized-access", "api-error", "host-api-access", "other",
 )
 ABORT_KINDS = ("ggml-abort", "ggml-assert", "cuda-error", "cpp-exception", "signal", "other")
 CASE_STATUSES = ("OK", "FAIL", "NOT_SUPPORTED", "INCOMPLETE")

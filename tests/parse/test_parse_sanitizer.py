@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvdiag.parse.sanitizer import (
+    HOST_API_KIND,
     Frame,
     RacecheckSummary,
     instantiations,
@@ -424,3 +425,26 @@ def test_a_race_record_with_several_writes_stands_for_the_hazards_of_every_write
                                              4288 + 4096 + 4032 + 30784 + 31744 + 31552]
     assert [len(f.peers) for f in findings] == [6, 6]
     assert {(p.file, p.line) for f in findings for p in f.peers} == {("cuda_fp16.hpp", 264)}
+
+
+def test_a_host_api_record_is_a_finding_without_a_kernel_named_by_its_call():
+    """Recorded on an H100 (device session 21): GET_ROWS type=i32 in test mode under initcheck, no print limit.
+    test-backend-ops reads back a tensor it set only in part: 608 host API records beside the kernel's 1020."""
+    import gzip
+
+    path = FIXTURES / "device" / "h100-session21" / "limit0.log.gz"
+    report = parse_sanitizer(gzip.open(path, "rt").read(), "initcheck")
+    assert report.error_count == len(report.findings) == 1628
+    host = [f for f in report.findings if f.kind == HOST_API_KIND]
+    assert len(host) == 608 and all(f.kernel is None and f.file is None for f in host)
+    assert host[0].message.startswith("Host API memory access error at host access to 0x")
+    assert host[0].detail.startswith("Uninitialized access to 0x") and host[0].detail.endswith("cudaMemcpy source")
+    assert [(site_label(s), s.count) for s in report.sites] == [("getrows.cu:99", 1020),
+                                                                 ("host API (cudaMemcpy source)", 608)]
+
+
+def test_a_host_api_record_without_its_detail_line_is_labelled_host_api():
+    log = ("========= Host API memory access error at host access to 0x7f0000001000 of size 64 bytes\n"
+           "=========\n========= ERROR SUMMARY: 1 error\n")
+    (site,) = parse_sanitizer(log, "memcheck").sites
+    assert site.kind == HOST_API_KIND and site_label(site) == "host API"

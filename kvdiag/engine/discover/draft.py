@@ -18,10 +18,12 @@ from typing import Any, Mapping, Sequence
 
 from kvdiag.engine.discover.findings import ABORT
 from kvdiag.engine.verdict.planning import escape_params
+from kvdiag.parse.sanitizer import HOST_API_KIND
 from kvdiag.workspace.sites import FOUND, SiteSpec, locate
 
 DRAFT_STATUS = "draft"
 SITE_LINE = r":\d+"
+API_CHECKING_TOOLS = ("memcheck", "initcheck")     # the tools that check the host API's copies
 ANCHOR_LOOKBACK = 400      # lines above the site searched for a line that leads to it alone
 _FUNCTION_HEAD = re.compile(r"(__global__|__device__|static|template|void|inline)\b.*\(")
 
@@ -77,12 +79,14 @@ def render_draft(root: Mapping[str, Any], ctx: DraftContext, source_text: str | 
     tool = run_tool(root)
     smallest = root["smallest"] or {}
     op, params = smallest.get("op", ""), smallest.get("params", "")
-    path = root.get("path") or (root.get("example") or {}).get("file") or root["site"].rsplit(":", 1)[0]
-    line = root.get("line")
+    host_api = kind == HOST_API_KIND      # a host API call's record: no kernel, no source line
+    path = "" if host_api else (root.get("path") or (root.get("example") or {}).get("file")
+                                or root["site"].rsplit(":", 1)[0])
+    line = None if host_api else root.get("line")
     abort = kind.startswith(ABORT)
     ops = sorted(root.get("ops") or {op: 1})
-    where = path.rsplit("/", 1)[-1] + (f":{line}" if line else "")
-    title = f"{tool} {kind}" + (f" in {function}" if function != "?" else "") + f" at {where}"
+    where = function if host_api else path.rsplit("/", 1)[-1] + (f":{line}" if line else "")
+    title = f"{tool} {kind}" + (f" in {function}" if function != "?" and not host_api else "") + f" at {where}"
     summary = (f"kvdiag discover found {kind} under compute-sanitizer {tool} at {root['site']} in {function}, "
                f"in {root['cases']} case(s) of {', '.join(ops)}; the smallest is {op}({params}).")
     out = ["```toml",
@@ -103,10 +107,10 @@ def render_draft(root: Mapping[str, Any], ctx: DraftContext, source_text: str | 
            "# human: add [[references]] (REPORT, FIX) and [[affected]] ranges once known.",
            "",
            "[location]",
-           f"component = {toml_string(_component(path))}",
-           f"files = [{toml_string(path)}]",
+           f"component = {toml_string(_component(path) if path else 'test-backend-ops (host API)')}",
+           f"files = [{toml_string(path) if path else ''}]",
            f"functions = [{toml_string(function)}]",
-           f"lines = {toml_string(_lines(line, ctx))}"]
+           f"lines = {toml_string('none (a host API call, not a kernel)' if host_api else _lines(line, ctx))}"]
     if ctx.commit:
         out.append(f"commit = {toml_string(ctx.commit)}")
     site = choose_anchor(path, source_text, line) if source_text and line else None
@@ -127,7 +131,7 @@ def render_draft(root: Mapping[str, Any], ctx: DraftContext, source_text: str | 
             '"{{ params }}"]',
             "timeout = 120",
             f'sanitizer = "{tool}"',
-            'sanitizer_options = ["--show-backtrace", "device"]',
+            f"sanitizer_options = [{', '.join(toml_string(o) for o in sanitizer_options(tool, root['kind']))}]",
             "print_limit = 100",
             f"evidence = [{', '.join(toml_string(e) for e in _evidence(abort))}]",
             f"vars = {{ op = {toml_string(op)}, params = {toml_literal('^' + escape_params(params) + '$')} }}",
@@ -136,6 +140,23 @@ def render_draft(root: Mapping[str, Any], ctx: DraftContext, source_text: str | 
     out += ["", "[scan]", 'step = "fast"', f"op = {toml_string(op)}", "params = '.'",
             "```", "", f"# {title}", "", _body(root, ctx)]
     return "\n".join(out) + "\n"
+
+
+def sanitizer_options(tool: str, kind: str) -> tuple[str, ...]:
+    """The repro's options: device frames, and for a kernel's memcheck or initcheck finding no check
+    of the host API's copies.
+
+    Discovery ran the case in the launch probe's GPU-only mode, where test-backend-ops copies
+    nothing back; the repro runs its test mode, which reads back tensors the test may never have
+    set. On an H100 (device session 21) GET_ROWS with type=i32 printed 1628 host API records
+    (``Uninitialized access … on access by cudaMemcpy source``) ahead of the kernel's own, and the
+    print limit kept the kernel's out of the log: the draft came out inconclusive on the build
+    that found it. ``--check-api-memory-access no`` leaves the kernel's records as discovery saw them.
+    """
+    options = ("--show-backtrace", "device")
+    if tool in API_CHECKING_TOOLS and not kind.startswith(ABORT) and kind != HOST_API_KIND:
+        options += ("--check-api-memory-access", "no")
+    return options
 
 
 def run_tool(root: Mapping[str, Any]) -> str:
@@ -152,10 +173,12 @@ def _signature(root: Mapping[str, Any], path: str, abort: bool) -> list[str]:
         head = message.split("\n", 1)[0][:80]
         return ['type = "abort"', 'step = "fast"', f"kind = {toml_string(root['kind'][len(ABORT) + 1:])}",
                 f"message = {toml_literal(re.escape(head).replace(chr(92) + ' ', ' '))}"]
+    head = ['type = "sanitizer"', 'step = "fast"', f'tool = "{root["tool"]}"', f'kind = "{root["kind"]}"']
+    if not path:        # a host API record: its kind is all a matcher can hold to
+        return head + ["min_count = 1"]
     site = toml_literal(re.escape(path.rsplit("/", 1)[-1]) + SITE_LINE)
     kernel = toml_literal("^" + re.escape(root["function"]) + "(<|$)")   # racecheck prints the bare name, listings add <args>
-    return ['type = "sanitizer"', 'step = "fast"', f'tool = "{root["tool"]}"', f'kind = "{root["kind"]}"',
-            f"site = {site}", f"kernel = {kernel}", "min_count = 1"]
+    return head + [f"site = {site}", f"kernel = {kernel}", "min_count = 1"]
 
 
 def _evidence(abort: bool) -> Sequence[str]:

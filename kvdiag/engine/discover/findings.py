@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from kvdiag.parse.aborts import AbortInfo
-from kvdiag.parse.sanitizer import SanitizerFinding, split_signature
+from kvdiag.parse.sanitizer import HOST_API_KIND, SanitizerFinding, host_api_label, split_signature
 
 ABORT = "abort"                   # the kind prefix of a process that died: "abort:ggml-assert", ...
 # Frames of ggml's own abort path, never the function that failed.
@@ -62,9 +62,16 @@ def from_sanitizer(finding: SanitizerFinding, tool: str) -> CaseFinding:
     other = finding.peers[0] if finding.peers else None
     peer = f"{other.file}:{other.line}" if other is not None and other.file else None
     return CaseFinding(tool=finding.tool or tool, kind=finding.kind, file=finding.file, line=finding.line,
-                       function=finding.kernel_name, instantiation=finding.instantiation, kernel=kernel,
+                       function=finding.kernel_name or _host_api(finding), instantiation=finding.instantiation,
+                       kernel=kernel,
                        severity=severity, count=max(1, finding.hazards or 1), message=finding.message_key,
                        offset=finding.offset, peer=peer)
+
+
+def _host_api(finding: SanitizerFinding) -> str | None:
+    """A host API record has no kernel: the call it names (``host API (cudaMemcpy source)``) stands in,
+    so its root says what touched the memory instead of ``?``."""
+    return host_api_label(finding) if finding.kind == HOST_API_KIND else None
 
 
 def from_abort(info: AbortInfo, tool: str) -> CaseFinding:
