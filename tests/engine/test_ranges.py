@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from history_repos import FORK_URL, GGML_URL, LLAMA_URL, Staged, git, isolated_git  # noqa: F401 - fixture
-from kvdiag.engine.verdict.ranges import evaluate_range, identify, range_evidence, short
+from kvdiag.engine.verdict.ranges import applicable_ranges, evaluate_range, identify, range_evidence, short
 from kvdiag.registry.entry import Entry
 from kvdiag.registry.ranges import GitRange
 from kvdiag.workspace.history import TreeHistory
@@ -196,6 +196,30 @@ def test_upstream_ranges_apply_to_a_fork_and_ggml_ranges_do_not_apply_to_llama_c
     outside = range_evidence(entry(ggml_only), TreeHistory(repo.path, tmp_path))
     assert (outside.status, outside.detail) == ("unaffected", "this tree is BeeLlama fork, llama.cpp; the entry "
                                                               "records the defect only in ggml")
+
+
+def test_a_forks_own_range_decides_on_the_fork_where_upstreams_is_still_open(dag, tmp_path):
+    """Upstream never fixed it (its range is open); the fork fixed it at F: on the fork the fork's range
+    decides (fixed past F), upstream's open range no longer wins with "affected"; an entry with no fork
+    range still gives the fork upstream's. Before this rule the fork at D read "affected"."""
+    repo, c = dag
+    upstream_open = {"repo": LLAMA_URL, "introduced": c["B"]}
+    fork_fixed = {"repo": FORK_URL, "introduced": c["B"], "fixed": c["F"]}
+    git(repo.path, "remote", "set-url", "origin", FORK_URL)
+    past = range_evidence(entry(upstream_open, fork_fixed), at(repo, c["D"], tmp_path))
+    assert past.status == "fixed" and [f.repo for f in past.findings] == [FORK_URL]
+    inside = range_evidence(entry(upstream_open, fork_fixed), at(repo, c["C"], tmp_path))
+    assert inside.status == "affected" and [f.repo for f in inside.findings] == [FORK_URL]
+    only_upstream = range_evidence(entry(upstream_open), at(repo, c["D"], tmp_path))
+    assert only_upstream.status == "affected" and [f.repo for f in only_upstream.findings] == [LLAMA_URL]
+
+
+def test_applicable_ranges_keeps_a_contained_repositorys_ranges_only_without_one_of_the_container():
+    upstream, fork, ggml = GitRange(LLAMA_URL, ("0",)), GitRange(FORK_URL, ("0",)), GitRange(GGML_URL, ("0",))
+    assert applicable_ranges([upstream, fork, ggml], {FORK_URL, LLAMA_URL}) == [fork]
+    assert applicable_ranges([upstream, ggml], {FORK_URL, LLAMA_URL}) == [upstream]
+    assert applicable_ranges([upstream, fork], {LLAMA_URL}) == [upstream]
+    assert applicable_ranges([ggml], {LLAMA_URL}) == []
 
 
 def test_without_git_or_identity_the_range_is_unknown_and_says_why(dag, tmp_path):

@@ -36,7 +36,7 @@ def test_real_probes_parse_with_every_field():
                                    "D11-f16-concat-cases", "test-backend-ops-launch", "D2-without-mma-kernels",
                                    "D18-fix-combine-barrier"}
     d18 = probes.get("D18-fix-combine-barrier")
-    assert (d18.defect, d18.kind, d18.keeps_output_correct) == ("D18", "fix", None)    # not measured yet
+    assert (d18.defect, d18.kind, d18.keeps_output_correct) == ("D18", "fix", True)    # measured in session 21
     assert d18.touched_files() == (("src/ggml-cuda/fattn-mma-f16.cuh", False),)
     fix = probes.get("D2-fix-uniform-barrier")
     assert (fix.defect, fix.kind, fix.requires) == ("D2", "fix", ())

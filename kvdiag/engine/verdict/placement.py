@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from kvdiag.engine.verdict.ranges import Identity, combine_findings, evaluate_range, identify, range_evidence, short
+from kvdiag.engine.verdict.ranges import (Identity, applicable_ranges, combine_findings, evaluate_range, identify,
+                                          range_evidence, short)
 from kvdiag.records.ranges import RangeEvidence
 from kvdiag.registry.entry import Entry
 from kvdiag.registry.repos import GGML, repo_label
@@ -227,7 +228,7 @@ def _judge(entry: Entry, placement: Placement) -> tuple[RangeEvidence | None, st
     own = [k for k in named_files([entry]) if k in placement.unfit]
     if own:
         return None, f"{placement.method}: the entry's own file does not fit: {placement.unfit[own[0]]}"
-    ranges = [r for r in entry.ranges if r.repo in placement.repos.repos]
+    ranges = applicable_ranges(entry.ranges, placement.repos.repos)
     if not ranges:
         named = ", ".join(dict.fromkeys(repo_label(r.repo) for r in entry.ranges))
         if placement.is_repo:

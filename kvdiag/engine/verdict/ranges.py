@@ -7,8 +7,11 @@ the same questions of the user's own clone (``kvdiag.workspace.history``):
    is identified as a repository by its remote URLs, its root commits (a
    complete clone), or a commit only that repository has (the fork's markers,
    the range's own commits) in its object store. A fork contains upstream's
-   history, so upstream llama.cpp's ranges apply to it as well; ggml's commits
-   apply only to a ggml tree (llama.cpp syncs ggml under other commit ids).
+   history, so upstream llama.cpp's ranges apply to it as well, unless the
+   entry records a range in the fork itself: then that range decides there (a
+   defect upstream never fixed can be fixed in the fork, and "affected" would
+   otherwise win). ggml's commits apply only to a ggml tree (llama.cpp syncs
+   ggml under other commit ids).
    A tree identified as a repository the entry records no range for is outside
    them: the registry lists every repository a defect occurs in.
 2. **Where HEAD lies**, with OSV's events on a commit graph: HEAD is affected by
@@ -36,7 +39,7 @@ from kvdiag.registry.ranges import GitRange
 from kvdiag.registry.repos import KNOWN_REPOS, known_repo, repo_label
 from kvdiag.workspace.history import TreeHistory
 
-__all__ = ["Identity", "combine_findings", "evaluate_range", "identify", "look_up_commits", "range_evidence",
+__all__ = ["Identity", "applicable_ranges", "combine_findings", "evaluate_range", "identify", "look_up_commits", "range_evidence",
            "short"]
 
 SHORT = 9
@@ -80,6 +83,16 @@ def identify(history: TreeHistory, commits: Mapping[str, Iterable[str]] = ()) ->
         for included in KNOWN_REPOS[url].includes:
             found.setdefault(included, f"contains its history, as the {KNOWN_REPOS[url].name}")
     return Identity(found)
+
+
+def applicable_ranges(ranges: Iterable[GitRange], repos: Iterable[str]) -> list[GitRange]:
+    """The ranges of the repositories the tree is, less those of a repository whose history it only
+    contains when the entry records a range in the containing one: on a fork, the fork's own range
+    decides (the BeeLlama fork fixed a sink read upstream llama.cpp still has)."""
+    repos = set(repos)
+    own = [r for r in ranges if r.repo in repos]
+    contained = {url for r in own for url in KNOWN_REPOS[r.repo].includes}
+    return [r for r in own if r.repo not in contained]
 
 
 class _Ancestry:
@@ -261,7 +274,7 @@ def _evidence(entry: Entry, history: TreeHistory | None, dirty: bool) -> RangeEv
         how = "shallow clone, no remote URL or commit" if facts.shallow else "no remote URL, root commit or commit"
         return RangeEvidence("unknown", f"repository not identified ({how} of {names} here)", facts.head,
                              notes=notes)
-    applicable = [r for r in ranges if r.repo in identity.repos]
+    applicable = applicable_ranges(ranges, identity.repos)
     if not applicable:
         named = ", ".join(dict.fromkeys(repo_label(r.repo) for r in ranges))
         return RangeEvidence("unaffected", f"this tree is {', '.join(repo_label(u) for u in identity.repos)}; the "
