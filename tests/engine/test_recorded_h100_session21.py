@@ -323,3 +323,52 @@ def test_a_host_api_record_groups_into_a_root_named_by_its_call_not_a_question_m
     assert {(k.kind, k.site, k.function): n for k, n in keys.items()} == {
         ("uninitialized-access", "getrows.cu:99", "k_get_rows_float"): 1020,
         (HOST_API_KIND, "host API (cudaMemcpy source)", "host API (cudaMemcpy source)"): 608}
+
+
+# ------------------------------------------------------------------ D19: the sink read past the tensor
+
+SINK_SMALLEST = ("hsk=128,hsv=128,nh=4,nr23=[12,1],kv=512,nb=3,mask=1,sinks=1,max_bias=0.000000,"
+                 "logit_softcap=0.000000,prec=def,type_K=f16,type_V=f16,permute=[0,2,1,3],kv_view=1,v_is_view_of_k=0")
+
+
+def test_d19_is_the_discovered_sink_root_and_its_repro_is_the_smallest_case_alone():
+    doc = document("whole")
+    sink = next(r for r in doc["roots"] if r["site"] == "src/ggml-cuda/fattn-mma-f16.cuh:1357")
+    assert sink["smallest"]["params"] == SINK_SMALLEST and sink["known"] is None   # new when it was found
+    d19 = load_registry(REGISTRY).get("D19")
+    assert re.search(d19.default_step.vars["params"], SINK_SMALLEST)
+    fa = [c["params"] for c in doc["cases"] if c["op"] == "FLASH_ATTN_EXT" and c["tool"] == "initcheck"]
+    assert [p for p in fa if re.search(d19.default_step.vars["params"], p)] == [SINK_SMALLEST]
+    hit = {c["params"] for c in doc["cases"] if c["state"] == "findings"
+           and any(f["line"] == 1357 for f in c["findings"])}
+    assert len(hit) == 22 and all(re.search(d19.scan.params, p) for p in hit)    # its scan space holds each
+    assert all("mask=1," in p and "max_bias=0.000000" in p and re.search(r"nr23=\[(12|20),1\]", p) for p in hit)
+
+
+def test_d19_is_confirmed_from_the_discoverys_record_of_its_smallest_case():
+    from kvdiag.engine.evidence.observe import observe_segment
+    from kvdiag.engine.scan.batch import batch_step
+    from kvdiag.engine.scan.cases import scan_step
+
+    entry = load_registry(REGISTRY).get("D19")
+    text = strip_ansi(read_gz(FIXTURE / "logs" / "whole" / "initcheck-00214.stdout.log.gz"))
+    split = split_cases(text, "initcheck")
+    obs = observe_segment(batch_step(scan_step(entry)), text, split, split.segment(SINK_SMALLEST), False)
+    attempt = judge_attempt(entry, obs, Gate(True, "initcheck's control passed on the H100"), 1, 0.0)
+    assert attempt.verdict is Verdict.CONFIRMED, attempt.reason
+    assert any("fattn-mma-f16.cuh:1357" in line for line in attempt.evidence.quoted)
+    assert attempt.evidence.error_count == 64
+    assert [(site["site"], site["count"]) for site in attempt.evidence.sites] == [("fattn-mma-f16.cuh:1357", 64)]
+
+
+def test_d19_matches_the_discovered_root_as_known_now():
+    from kvdiag.engine.discover.matching import match_roots
+    from kvdiag.engine.discover.result import from_document
+
+    roots = from_document(document("whole")).roots
+    match_roots(roots, load_registry(REGISTRY).entries)
+    known = {root.key.site: root.known for root in roots}
+    assert known["src/ggml-cuda/fattn-mma-f16.cuh:1357"] == "D19"
+    assert [site for site, entry in known.items() if entry is None] == [
+        "src/ggml-cuda/mmq.cuh:925", "src/ggml-cuda/mmq.cuh:1124", "src/ggml-cuda/getrows.cu:99",
+        "src/ggml-cuda/mmq.cuh:1346", "src/ggml-cuda/convert.cu:437", "src/ggml-cuda/getrows.cu:127"]

@@ -16,7 +16,7 @@ import pytest
 from kvdiag.engine.verdict.planning import render_step, template_context
 from kvdiag.registry.loader import load_registry
 
-IDS = [f"D{n}" for n in range(1, 19)]
+IDS = [f"D{n}" for n in range(1, 20)]
 
 # id -> (default step kind, signature matcher types in order)
 DEFAULT_KIND_AND_SIGNATURE = {
@@ -38,6 +38,7 @@ DEFAULT_KIND_AND_SIGNATURE = {
     "D16": ("backend-ops", ["sanitizer"]),
     "D17": ("backend-ops", ["sanitizer"]),
     "D18": ("backend-ops", ["sanitizer"]),
+    "D19": ("backend-ops", ["sanitizer"]),
 }
 
 BACKEND_OPS_ARGV = ("{{ bin['test-backend-ops'] }}", "test", "-o", "{{ op }}", "-b", "{{ backend }}", "-p", "{{ params }}")
@@ -83,7 +84,7 @@ def concat_case_strings() -> list[str]:
 
 # --------------------------------------------------------------------------- loading
 
-def test_registry_loads_eighteen_entries_without_problems(registry):
+def test_registry_loads_nineteen_entries_without_problems(registry):
     assert [str(p) for p in registry.problems] == []
     assert [e.id for e in registry.entries] == IDS
 

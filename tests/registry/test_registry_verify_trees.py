@@ -26,6 +26,8 @@ OTHER_TREES = {"D3", "D4", "D5", "D7", "D9", "D10"}      # the fork's entries: t
 # past D17's fix (24af22fc3, 2026-01-06): ssm_scan_f32_group is still there, rewritten to reduce with
 # warp_reduce_sum, and no line declares stateC, so both sites' anchor is absent
 PAST_D17 = ["D17.md: location.sites[0]", "D17.md: location.sites[1]"]
+# past D19's fix in the fork (59afd3a20, 2026-07-17): the sink read became `sinks_f[c]` behind a bound
+PAST_D19_IN_THE_FORK = ["D19.md: location.sites[0]"]
 # before D18's range (046e28443, 2026-05-09): the combine and the Q load are older code, the 192/128 row is not
 BEFORE_D18 = ["D18.md: location.sites[2]"]
 
@@ -68,7 +70,7 @@ def test_every_fact_states_on_the_stand_in_what_verify_said_on_the_real_tree(tag
     reports = verify_entries(registry.entries, tree)
     assert _said(reports) == recorded["verify"]
     assert {r.entry_id for r in reports if r.other_tree} == OTHER_TREES
-    assert sum(r.checked for r in reports) == 72
+    assert sum(r.checked for r in reports) == 78
 
 
 @pytest.mark.parametrize("tag", sorted(TREES))
@@ -88,20 +90,21 @@ def test_each_site_is_at_the_line_read_in_that_tree(tag, tmp_path, registry):
     assert [f"{m.file}: {m.key}" for r in reports.values() for m in r.mismatches] == mismatches
 
 
-# tag -> the lines of D14's two sites, D15's two, D16's one, D17's two (write, read) and D18's three (the
-# combine's read, the Q load, the 192/128 row); None: the code is not in the tree (D14's and D16's not yet,
-# D17's no longer, D18's row not yet)
+# tag -> the lines of D14's two sites, D15's two, D16's one, D17's two (write, read), D18's three (the
+# combine's read, the Q load, the 192/128 row) and D19's sink read; None: the code is not in the tree
+# (D14's and D16's not yet, D17's no longer, D18's row not yet). D19's read is older than its range (the
+# sinks came in 2025-08, the padding that lets it leave the group in 2026-01): b6225 holds it too
 NEW_SITES = {
-    "b6225": (None, None, 78, 79, None, 178, 208, 1211, 877, None),
-    "b8124": (74, 85, 78, 79, 606, None, None, 1426, 1033, None),
-    "b9084": (75, 86, 78, 79, 608, None, None, 1500, 1103, None),
-    "b9156": (75, 86, 78, 79, 608, None, None, 1505, 1108, 67),
+    "b6225": (None, None, 78, 79, None, 178, 208, 1211, 877, None, 967),
+    "b8124": (74, 85, 78, 79, 606, None, None, 1426, 1033, None, 1156),
+    "b9084": (75, 86, 78, 79, 608, None, None, 1500, 1103, None, 1230),
+    "b9156": (75, 86, 78, 79, 608, None, None, 1505, 1108, 67, 1235),
 }
 
 
 @pytest.mark.parametrize("tag", sorted(NEW_SITES))
 def test_the_races_found_by_discover_are_placed_by_their_context(tag, tmp_path, registry):
-    """D14-D18's sites in four releases, each read in the real file; b6225 predates the cpy tile and
+    """D14-D19's sites in four releases, each read in the real file; b6225 predates the cpy tile and
     block_reduce (their ranges start in 2025-11 and 2026-01), so those sites are not found there, and
     only b6225 is inside D17's range (2025-07-02 to 2026-01-06): the later three have no stateC. Only
     b9156 is inside D18's range (from 2026-05-09): the older three have the combine and the Q load but
@@ -109,7 +112,7 @@ def test_the_races_found_by_discover_are_placed_by_their_context(tag, tmp_path, 
     _, tree = _tree(tag, tmp_path)
     reports = {r.entry_id: r for r in verify_entries(registry.entries, tree)}
     placed = tuple(s.placement.line if s.placement.state == "found" else None
-                   for entry_id in ("D14", "D15", "D16", "D17", "D18") for s in reports[entry_id].sites)
+                   for entry_id in ("D14", "D15", "D16", "D17", "D18", "D19") for s in reports[entry_id].sites)
     assert placed == NEW_SITES[tag]
 
 
@@ -153,7 +156,7 @@ def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_co
     reports = verify_entries(registry.entries, tree)
     assert _said(reports) == recorded["verify"]
     assert (sum(r.checked for r in reports), [f"{m.file}: {m.key}" for r in reports for m in r.mismatches]) == \
-        (94, PAST_D17)
+        (100, PAST_D17 + PAST_D19_IN_THE_FORK)
     placed = {(r.entry_id, s.key): (s.placement.at, s.placement.recorded) for r in reports for s in r.sites}
     assert placed == {
         ("D1", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn.cu:380", 380),
@@ -174,4 +177,6 @@ def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_co
         ("D18", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn-mma-f16.cuh:1750", None),
         ("D18", "location.sites[1]"): ("ggml/src/ggml-cuda/fattn-mma-f16.cuh:1279", None),
         ("D18", "location.sites[2]"): ("ggml/src/ggml-cuda/fattn-mma-f16.cuh:69", None),
+        # past D19's fix in the fork (59afd3a20): the read is bounded, `sinks_f[c]`, so the line is gone
+        ("D19", "location.sites[0]"): (None, None),
     }
