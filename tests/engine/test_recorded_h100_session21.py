@@ -222,6 +222,23 @@ def redrafted(tmp_path) -> Path:
     return folder
 
 
+def judged_log(folder: Path, entry_id: str, text: str, tmp_path: Path, argv: list[str] | None = None):
+    """A log judged with an entry of ``folder`` as a run of its default step that printed ``text`` (the
+    sanitizer's records in the program's own output, as without --log-file, and in the sanitizer log)."""
+    entry = load_registry(folder).get(entry_id)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("fast-1.stdout.log", "fast-1.sanitizer.log"):
+        (logs / name).write_text(text)
+    (logs / "fast-1.stderr.log").write_text("")
+    (logs / "fast-1.cmd.json").write_text(json.dumps({"result": {
+        "argv": argv or ["compute-sanitizer", "--tool", "initcheck", "test-backend-ops"], "returncode": 99,
+        "signal": None, "duration_s": 1.4}}))
+    obs = observe(entry.default_step, [recorded_command(logs, "fast-1", logs / "fast-1.stdout.log")],
+                  [logs / "fast-1.sanitizer.log"])
+    return judge_attempt(entry, obs, Gate(True, "initcheck control passed"), 1, 1.0)
+
+
 def test_the_redrafted_entry_lints_and_confirms_the_log_run_without_the_host_apis_checks(redrafted, tmp_path):
     path = redrafted / "D19.md"
     match = FRONT_MATTER.match(path.read_text())
@@ -230,18 +247,9 @@ def test_the_redrafted_entry_lints_and_confirms_the_log_run_without_the_host_api
     entry = load_registry(redrafted).get("D19")
     step = entry.default_step
     assert step.sanitizer_options == ("--show-backtrace", "device", "--check-api-memory-access", "no")
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    log = read_gz(FIXTURE / "api-no.log.gz")
-    (logs / "fast-1.stdout.log").write_text(log)
-    (logs / "fast-1.stderr.log").write_text("")
-    (logs / "fast-1.sanitizer.log").write_text(log)
-    (logs / "fast-1.cmd.json").write_text(json.dumps({"result": {
-        "argv": ["compute-sanitizer", "--tool", "initcheck", *step.sanitizer_options, "test-backend-ops", "test",
-                 "-o", "GET_ROWS", "-b", "CUDA0", "-p", f"^{GET_ROWS_I32}$"],
-        "returncode": 99, "signal": None, "duration_s": 1.4}}))
-    obs = observe(step, [recorded_command(logs, "fast-1", logs / "fast-1.stdout.log")], [logs / "fast-1.sanitizer.log"])
-    attempt = judge_attempt(entry, obs, Gate(True, "initcheck control passed"), 1, 1.0)
+    argv = ["compute-sanitizer", "--tool", "initcheck", *step.sanitizer_options, "test-backend-ops", "test",
+            "-o", "GET_ROWS", "-b", "CUDA0", "-p", f"^{GET_ROWS_I32}$"]
+    attempt = judged_log(redrafted, "D19", read_gz(FIXTURE / "api-no.log.gz"), tmp_path, argv)
     assert attempt.verdict is Verdict.CONFIRMED
     assert any("getrows.cu:99" in line for line in attempt.evidence.quoted)
 
@@ -259,19 +267,7 @@ def test_a_log_of_host_api_records_only_is_inconclusive_naming_the_api(redrafted
         kept.append(line)
     kept += ["========= ERROR SUMMARY: 1528 errors were not printed. Use --print-limit option to adjust the number "
              "of printed errors\n", "========= ERROR SUMMARY: 1628 errors\n"]
-    entry = load_registry(redrafted).get("D19")
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    text = "".join(kept)
-    for name in ("fast-1.stdout.log", "fast-1.sanitizer.log"):
-        (logs / name).write_text(text)
-    (logs / "fast-1.stderr.log").write_text("")
-    (logs / "fast-1.cmd.json").write_text(json.dumps({"result": {
-        "argv": ["compute-sanitizer", "--tool", "initcheck", "test-backend-ops"], "returncode": 99, "signal": None,
-        "duration_s": 1.4}}))
-    obs = observe(entry.default_step, [recorded_command(logs, "fast-1", logs / "fast-1.stdout.log")],
-                  [logs / "fast-1.sanitizer.log"])
-    attempt = judge_attempt(entry, obs, Gate(True, "initcheck control passed"), 1, 1.0)
+    attempt = judged_log(redrafted, "D19", "".join(kept), tmp_path)
     assert attempt.verdict is Verdict.INCONCLUSIVE
     assert "1628 error(s) at host API (cudaMemcpy source)" in attempt.reason
 
@@ -298,19 +294,7 @@ def test_a_host_api_root_drafts_an_entry_that_lints_and_confirms_the_test_mode_l
     match = FRONT_MATTER.match(text)
     raw = RawEntry(path=folder / "D20.md", data=tomllib.loads(match.group("toml")), body=match.group("body"))
     assert [str(p) for p in lint_raw(raw)] == []
-    entry = load_registry(folder).get("D20")
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    log = read_gz(FIXTURE / "limit0.log.gz")
-    for name in ("fast-1.stdout.log", "fast-1.sanitizer.log"):
-        (logs / name).write_text(log)
-    (logs / "fast-1.stderr.log").write_text("")
-    (logs / "fast-1.cmd.json").write_text(json.dumps({"result": {
-        "argv": ["compute-sanitizer", "--tool", "initcheck", "test-backend-ops"], "returncode": 99, "signal": None,
-        "duration_s": 1.4}}))
-    obs = observe(entry.default_step, [recorded_command(logs, "fast-1", logs / "fast-1.stdout.log")],
-                  [logs / "fast-1.sanitizer.log"])
-    attempt = judge_attempt(entry, obs, Gate(True, "initcheck control passed"), 1, 1.0)
+    attempt = judged_log(folder, "D20", read_gz(FIXTURE / "limit0.log.gz"), tmp_path)
     assert attempt.verdict is Verdict.CONFIRMED
 
 

@@ -39,8 +39,8 @@ from kvdiag.registry.ranges import GitRange
 from kvdiag.registry.repos import KNOWN_REPOS, known_repo, repo_label
 from kvdiag.workspace.history import TreeHistory
 
-__all__ = ["Identity", "applicable_ranges", "combine_findings", "evaluate_range", "identify", "look_up_commits", "range_evidence",
-           "short"]
+__all__ = ["Identity", "applicable_ranges", "combine_findings", "evaluate_range",
+           "identify", "look_up_commits", "range_evidence", "short"]
 
 SHORT = 9
 
