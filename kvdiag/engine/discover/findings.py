@@ -63,9 +63,8 @@ def from_sanitizer(finding: SanitizerFinding, tool: str) -> CaseFinding:
     peer = f"{other.file}:{other.line}" if other is not None and other.file else None
     return CaseFinding(tool=finding.tool or tool, kind=finding.kind, file=finding.file, line=finding.line,
                        function=finding.kernel_name or _host_api(finding), instantiation=finding.instantiation,
-                       kernel=kernel,
-                       severity=severity, count=max(1, finding.hazards or 1), message=finding.message_key,
-                       offset=finding.offset, peer=peer)
+                       kernel=kernel, severity=severity, count=max(1, finding.hazards or 1),
+                       message=finding.message_key, offset=finding.offset, peer=peer)
 
 
 def _host_api(finding: SanitizerFinding) -> str | None:
