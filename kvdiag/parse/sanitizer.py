@@ -381,6 +381,7 @@ _HAZARD_COUNT = re.compile(r"\s+\[(?P<n>[\d,]+) hazards?\]\s*$")
 
 # Hardware exceptions and other one-line headers, by the words they start with.
 HOST_API_KIND = "host-api-access"
+HOST_API_NAME_MAX = 80
 _HOST_API_BY = re.compile(r"\bon access by (?P<api>\S+(?: (?:source|destination))?)")
 _HEADER_WORDS = (
     ("Barrier error detected", None),
@@ -784,7 +785,8 @@ def site_label(site: SanitizerSite | SanitizerFinding) -> str:
 
 
 def host_api_label(site: SanitizerSite | SanitizerFinding) -> str:
-    """``host API (cudaMemcpy source)``: what a host API record touched, from its detail line."""
+    """``host API (cudaMemcpy source)``: what a host API record touched, from its detail line (the call's
+    name cut to HOST_API_NAME_MAX characters: the label goes into verdict reasons and report tables)."""
     finding = site.first if isinstance(site, SanitizerSite) else site
     m = _HOST_API_BY.search(finding.detail or "")
-    return f"host API ({m.group('api')})" if m else "host API"
+    return f"host API ({m.group('api')[:HOST_API_NAME_MAX]})" if m else "host API"

@@ -227,7 +227,7 @@ def judged_log(folder: Path, entry_id: str, text: str, tmp_path: Path, argv: lis
     sanitizer's records in the program's own output, as without --log-file, and in the sanitizer log)."""
     entry = load_registry(folder).get(entry_id)
     logs = tmp_path / "logs"
-    logs.mkdir()
+    logs.mkdir(parents=True)
     for name in ("fast-1.stdout.log", "fast-1.sanitizer.log"):
         (logs / name).write_text(text)
     (logs / "fast-1.stderr.log").write_text("")
@@ -272,7 +272,7 @@ def test_a_log_of_host_api_records_only_is_inconclusive_naming_the_api(redrafted
     assert "1628 error(s) at host API (cudaMemcpy source)" in attempt.reason
 
 
-def test_no_unzipped_log_is_left_in_a_gz_fixture():
+def test_every_gz_file_of_the_fixture_is_gzip():
     for path in FIXTURE.rglob("*.gz"):
         with gzip.open(path, "rb") as opened:
             opened.read(16)
@@ -296,6 +296,9 @@ def test_a_host_api_root_drafts_an_entry_that_lints_and_confirms_the_test_mode_l
     assert [str(p) for p in lint_raw(raw)] == []
     attempt = judged_log(folder, "D20", read_gz(FIXTURE / "limit0.log.gz"), tmp_path)
     assert attempt.verdict is Verdict.CONFIRMED
+    # the kind alone is no licence: a log with the kernel's records and no host API one does not confirm it
+    other = judged_log(folder, "D20", read_gz(FIXTURE / "api-no.log.gz"), tmp_path / "api-no")
+    assert other.verdict is Verdict.INCONCLUSIVE and "getrows.cu:99" in other.reason
 
 
 def test_a_host_api_record_groups_into_a_root_named_by_its_call_not_a_question_mark():

@@ -448,3 +448,11 @@ def test_a_host_api_record_without_its_detail_line_is_labelled_host_api():
            "=========\n========= ERROR SUMMARY: 1 error\n")
     (site,) = parse_sanitizer(log, "memcheck").sites
     assert site.kind == HOST_API_KIND and site_label(site) == "host API"
+
+
+def test_a_host_api_label_stays_short_whatever_the_line():
+    log = ("========= Host API memory access error at host access to 0x7f0000001000 of size 64 bytes\n"
+           "=========     Uninitialized access to 0x7f0000001000 on access by " + "x" * 100_000 + "\n"
+           "=========\n========= ERROR SUMMARY: 1 error\n")
+    (site,) = parse_sanitizer(log, "initcheck").sites
+    assert site_label(site) == "host API (" + "x" * 80 + ")"
