@@ -34,7 +34,10 @@ def test_real_probes_parse_with_every_field():
     assert probes.problems == ()
     assert set(probes.names()) == {"D2-fix-uniform-barrier", "D2-count-divergent-barrier", "print-every-case-error",
                                    "D11-f16-concat-cases", "test-backend-ops-launch", "D2-without-mma-kernels",
-                                   "D18-fix-combine-barrier"}
+                                   "D18-fix-combine-barrier", "D19-fix-bound-sink-read"}
+    d19 = probes.get("D19-fix-bound-sink-read")
+    assert (d19.defect, d19.kind, d19.commit) == ("D19", "fix", "d99724f2b141fed9e1a9f402213506c081433465")
+    assert d19.touched_files() == (("src/ggml-cuda/fattn-mma-f16.cuh", False),)
     d18 = probes.get("D18-fix-combine-barrier")
     assert (d18.defect, d18.kind, d18.keeps_output_correct) == ("D18", "fix", True)    # measured in session 21
     assert d18.touched_files() == (("src/ggml-cuda/fattn-mma-f16.cuh", False),)
