@@ -70,6 +70,31 @@ def test_the_whole_suite_with_the_default_backtrace_did_not_fit_600_s_on_nine_bu
     assert round(_busy_cores(), 1) == 15.1 and round(_gpu_use()) == 96
 
 
+def test_four_cases_with_512_q_columns_held_a_third_of_fa_s_racecheck_time():
+    """Where FLASH_ATTN_EXT's racecheck time went: dealt, each of its four 512-column cases (K/V 4096 and
+    16384 long) sat in a process of its own, and those four processes took 845 s of the op's 2673 s, while
+    the median process spent 0.59 s a case."""
+    doc = document("whole")
+    processes = [p for p in doc["processes"] if p["op"] == "FLASH_ATTN_EXT" and p["tool"] == "racecheck"]
+    assert len(processes) == 84 and all(p["judged"] == p["cases"] == 32 for p in processes)
+    logs = Counter()
+    heavy = {}
+    for case in doc["cases"]:
+        if case["op"] == "FLASH_ATTN_EXT" and case["tool"] == "racecheck" and case.get("log"):
+            name = Path(case["log"]).name.split(".")[0]
+            logs[name] += 1
+            if ",nb=512," in case["params"]:
+                heavy[name] = re.search(r"kv=(\d+)", case["params"]).group(1)
+    assert sorted(heavy.values()) == ["16384", "16384", "4096", "4096"] and len(heavy) == 4
+    walls = {p["process"]: p["wall_s"] for p in processes}
+    assert sorted(round(walls[name], 1) for name in heavy) == [115.9, 149.8, 242.7, 336.4]
+    assert round(sum(walls[name] for name in heavy)) == 845
+    # The heaviest units start first: these were the op's first four racecheck processes.
+    assert sorted(heavy) == sorted(walls)[:4] == ["racecheck-00025", "racecheck-00031", "racecheck-00033",
+                                                  "racecheck-00056"]
+    assert round(statistics.median(p["wall_s"] / p["cases"] for p in processes), 2) == 0.59
+
+
 def _busy_cores() -> float:
     rows = [line.split() for line in read_gz(FIXTURE / "cpu.log.gz").splitlines() if " cpu " in f" {line} "]
     fractions = []
