@@ -68,6 +68,8 @@ def test_the_whole_suite_with_the_default_backtrace_did_not_fit_600_s_on_nine_bu
     assert round(spent[("FLASH_ATTN_EXT", "racecheck")]) == 2673 and round(spent[("FLASH_ATTN_EXT", "synccheck")]) == 1201
     # Nothing idled: nine sanitizer processes kept 15 of 16 cores and the GPU busy.
     assert round(_busy_cores(), 1) == 15.1 and round(_gpu_use()) == 96
+    # ... while they held at most 6758 MiB of the GPU's memory together.
+    assert max(int(line.split()[3]) for line in read_gz(FIXTURE / "gpu.csv.gz").splitlines()) == 6758
 
 
 def test_four_cases_with_512_q_columns_held_a_third_of_fa_s_racecheck_time():

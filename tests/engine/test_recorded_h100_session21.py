@@ -153,6 +153,13 @@ def test_neither_the_cores_nor_the_gpu_were_full():
     assert 11.5 < busy < 12.0 and 26 < sum(gpu) / len(gpu) < 28
 
 
+def test_nine_sanitizer_processes_held_under_8_gib_of_the_gpu_s_80_together():
+    """The pool gives an H100 one scan process per 8 GiB (9); the nine memcheck and initcheck processes held
+    at most 7296 MiB in all, each second sampled: sixteen would fit the memory many times over."""
+    used = [int(line.split()[3]) for line in read_gz(FIXTURE / "gpu.csv.gz").splitlines()]
+    assert max(used) == 7296 and "81559 MiB" in (FIXTURE / "env.txt").read_text()
+
+
 def test_seven_initcheck_roots_all_new_no_memcheck_root():
     doc = document("whole")
     roots = {r["site"]: r for r in doc["roots"]}
