@@ -79,14 +79,9 @@ def test_four_cases_with_512_q_columns_held_a_third_of_fa_s_racecheck_time():
     doc = document("whole")
     processes = [p for p in doc["processes"] if p["op"] == "FLASH_ATTN_EXT" and p["tool"] == "racecheck"]
     assert len(processes) == 84 and all(p["judged"] == p["cases"] == 32 for p in processes)
-    logs = Counter()
-    heavy = {}
-    for case in doc["cases"]:
-        if case["op"] == "FLASH_ATTN_EXT" and case["tool"] == "racecheck" and case.get("log"):
-            name = Path(case["log"]).name.split(".")[0]
-            logs[name] += 1
-            if ",nb=512," in case["params"]:
-                heavy[name] = re.search(r"kv=(\d+)", case["params"]).group(1)
+    heavy = {Path(case["log"]).name.split(".")[0]: re.search(r"kv=(\d+)", case["params"]).group(1)
+             for case in doc["cases"] if case["op"] == "FLASH_ATTN_EXT" and case["tool"] == "racecheck"
+             and case.get("log") and ",nb=512," in case["params"]}
     assert sorted(heavy.values()) == ["16384", "16384", "4096", "4096"] and len(heavy) == 4
     walls = {p["process"]: p["wall_s"] for p in processes}
     assert sorted(round(walls[name], 1) for name in heavy) == [115.9, 149.8, 242.7, 336.4]

@@ -109,7 +109,10 @@ def test_fa_s_sliced_synccheck_batches_cost_about_the_same_a_case_however_many_k
     for cases in by_log.values():
         shapes = len({shape(c["params"]) for c in cases})
         per_case = cases[0]["duration_s"]          # a batch's wall shared evenly by its cases
-        (few if shapes <= 7 else many if shapes >= 16 else []).append(per_case)
+        if shapes <= 7:
+            few.append(per_case)
+        elif shapes >= 16:
+            many.append(per_case)
         points.append((shapes, per_case))
     assert round(statistics.correlation(*zip(*points)), 2) == 0.10
     assert (len(few), len(many)) == (18, 16)
