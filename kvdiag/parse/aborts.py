@@ -75,17 +75,20 @@ class AbortInfo:
 # ------------------------------------------------------------------- patterns
 
 _SOURCE = r"\S+?\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp|hh|m|mm|metal|comp)"
-_GGML_ABORT = re.compile(rf"^(?P<path>{_SOURCE}):(?P<line>\d+): (?P<msg>.+?)\s*$")
-_OLD_ASSERT = re.compile(rf"^GGML_ASSERT: (?P<path>{_SOURCE}):(?P<line>\d+): (?P<msg>.+?)\s*$")
+# A message runs to its last non-blank (`.*\S`), or is one blank: `(?P<msg>.+?)\s*$` extended the
+# message a character at a time and ran `\s*` to the end of each blank run (0.85 s for a 16 000-character
+# line, tests/parse/test_parsers_linear.py); these read the same group in one pass.
+_GGML_ABORT = re.compile(rf"^(?P<path>{_SOURCE}):(?P<line>\d+): (?P<msg>.*\S|\s)\s*$")
+_OLD_ASSERT = re.compile(rf"^GGML_ASSERT: (?P<path>{_SOURCE}):(?P<line>\d+): (?P<msg>.*\S|\s)\s*$")
 _ASSERT_MSG = re.compile(r"^GGML_ASSERT\((?P<expr>.*)\) failed$")
-_GPU_ERROR = re.compile(r"^(?P<api>CUDA|ROCm|MUSA|HIP|SYCL) error: (?P<msg>.*?)\s*$")
-_OLD_GPU_ERROR = re.compile(rf"^(?P<api>CUDA|ROCm|HIP) error (?P<code>\d+) at (?P<path>{_SOURCE}):(?P<line>\d+): (?P<msg>.*?)\s*$")
+_GPU_ERROR = re.compile(r"^(?P<api>CUDA|ROCm|MUSA|HIP|SYCL) error: (?P<msg>(?:.*\S)?)\s*$")
+_OLD_GPU_ERROR = re.compile(rf"^(?P<api>CUDA|ROCm|HIP) error (?P<code>\d+) at (?P<path>{_SOURCE}):(?P<line>\d+): (?P<msg>(?:.*\S)?)\s*$")
 _CURRENT_DEVICE = re.compile(
     rf"^\s*current device: (?P<dev>-?\d+)(?:, in function (?P<func>\S+) at (?P<path>{_SOURCE}):(?P<line>\d+))?"
 )
 _GPU_ABORT_MSG = re.compile(r"^(?:CUDA|ROCm|MUSA|HIP|SYCL) error$")
-_TERMINATE = re.compile(r"^terminate called (?:after throwing an instance of '(?P<type>.+)'|(?P<other>.+?))\s*$")
-_WHAT = re.compile(r"^\s+what\(\):\s+(?P<what>.*?)\s*$")
+_TERMINATE = re.compile(r"^terminate called (?:after throwing an instance of '(?P<type>.+)'|(?P<other>.*\S|\s))\s*$")
+_WHAT = re.compile(r"^\s+what\(\):\s+(?P<what>(?:.*\S)?)\s*$")
 _SIGNAL_NAMES = {
     "Segmentation fault": "SIGSEGV",
     "Illegal instruction": "SIGILL",

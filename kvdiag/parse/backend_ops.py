@@ -293,10 +293,10 @@ def params_dict(case: BackendCase | str) -> dict[str, str]:
 # ---------------------------------------------------------------------- parser
 
 _TESTING = re.compile(r"^Testing (\d+) devices?")
-_BACKEND = re.compile(r"^Backend (\d+)/(\d+): (.+?)\s*$")
+_BACKEND = re.compile(r"^Backend (\d+)/(\d+): (.*\S|\s)\s*$")   # not (.+?)\s*$: one pass
 _DESCRIPTION = re.compile(r"^  Device description: (.*)$")
 _MEMORY = re.compile(r"^  Device memory: (\d+) MB \((\d+) MB free\)")
-_SKIPPING = re.compile(r"^  (Skipping\b.*?)\s*$")
+_SKIPPING = re.compile(r"^  (Skipping\b(?:.*\S)?)\s*$")
 _TESTS_PASSED = re.compile(r"^  (\d+)/(\d+) tests passed")
 _BACKEND_STATUS = re.compile(r"^  Backend (\S+): ?(.*)$")
 _BACKENDS_PASSED = re.compile(r"^(\d+)/(\d+) backends passed")

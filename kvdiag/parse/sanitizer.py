@@ -376,8 +376,11 @@ _THREAD_BLOCK = re.compile(
 )
 _IN_BLOCK = re.compile(r"in block \(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
 _RACE_THREAD = re.compile(r"^(?:Read|Write|Atomic)\s+Thread\s+\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)\s+at\s+(?P<site>.+)$")
-_RACE_PEER = re.compile(r"^and (?:\w+) access at (?P<site>.+?)(?:\s+\[(?P<n>[\d,]+) hazards?\])?\s*$")
-_HAZARD_COUNT = re.compile(r"\s+\[(?P<n>[\d,]+) hazards?\]\s*$")
+# A site, then perhaps a hazard count. Cut apart in two steps, as `_site` does: a lazy site before an
+# optional `\s+[N hazards]\s*$` tried each blank of a long run against every later one (0.35 s for a
+# 16 000-character line, tests/parse/test_parsers_linear.py).
+_RACE_PEER = re.compile(r"^and (?:\w+) access at (?P<site>.*\S)")
+_HAZARD_COUNT = re.compile(r"(?<=\s)\[(?P<n>[\d,]+) hazards?\]\s*$")
 
 # Hardware exceptions and other one-line headers, by the words they start with.
 HOST_API_KIND = "host-api-access"
@@ -447,6 +450,14 @@ def detect_tool(payload: str) -> str | None:
 # ---------------------------------------------------------------------- blocks
 
 
+def _split_hazards(text: str) -> tuple[str, int | None]:
+    """A site's text without its trailing `[N hazards]`, and N (None where the line has no count)."""
+    m = _HAZARD_COUNT.search(text)
+    if m is None:
+        return text, None
+    return text[: m.start()].rstrip(), to_int(m.group("n"))
+
+
 @dataclass
 class _Block:
     """A finding being read; mutable until its block ends."""
@@ -486,10 +497,9 @@ class _Block:
             self._race_line(text)
 
     def _site(self, text: str) -> None:
-        m = _HAZARD_COUNT.search(text)
-        if m:
-            self.hazards = to_int(m.group("n"))
-            text = text[: m.start()]
+        text, hazards = _split_hazards(text)
+        if hazards is not None:
+            self.hazards = hazards
         if self.site is None:
             self.site = parse_site(text)
         else:
@@ -504,12 +514,13 @@ class _Block:
     def _race_line(self, text: str) -> None:
         m = _RACE_PEER.match(text)
         if m:
-            self.peers.append(parse_site(m.group("site")))
-            if m.group("n"):
+            site, hazards = _split_hazards(m.group("site"))
+            self.peers.append(parse_site(site))
+            if hazards is not None:
                 # A read racing with several writes prints one "and ... access" line per write, each with
                 # its own count (an H100's FLASH_ATTN_EXT record: six, 3840 to 32512 hazards): the
                 # record stands for all of them.
-                self.hazards = (self.hazards or 0) + to_int(m.group("n"))
+                self.hazards = (self.hazards or 0) + hazards
             return
         m = _RACE_THREAD.match(text)
         if m:

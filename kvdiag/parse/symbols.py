@@ -22,7 +22,10 @@ from kvdiag.parse.launches import canonical
 # H200): `STT_FUNC  STB_LOCAL  STO_ENTRY  _Z18…` (tests/fixtures/device/h200-session7). Knowing only
 # the first, kvdiag listed no kernel on the H200 and fell back to nm's host stubs.
 _ENTRY = re.compile(r"^\s*(?:STT_)?FUNC\s+(?:\S+\s+){1,2}(?:STO_)?ENTRY\s+(?P<name>\S+)\s*$")
-_NM_LINE = re.compile(r"^[0-9a-fA-F]+\s+[tTwW]\s+(?P<name>.*\S)\s*$")   # not .+? then \s*$: one pass
+# Only the line's head is a pattern; the name is the rest, stripped. `\s+(?P<name>.*\S)\s*$` took
+# 15.7 s on a 64 000-character line of blanks with no name after them (each start of the blank run
+# tried against every end: tests/parse/test_parsers_linear.py found it).
+_NM_HEAD = re.compile(r"[0-9a-fA-F]+\s+[tTwW]\s+")
 # Host functions nvcc makes around a kernel, which are not kernels themselves.
 _NOT_A_KERNEL = ("__device_stub__", "__wrapper__device_stub_", "guard variable", "__nv_", "__cuda", "__sti__")
 
@@ -44,7 +47,8 @@ def nm_kernels(text: str) -> tuple[str, ...]:
     them, never for the list of kernels."""
     out: dict[str, None] = {}
     for line in text.splitlines():
-        m = _NM_LINE.match(line)
-        if m and not any(word in m.group("name") for word in _NOT_A_KERNEL):
-            out.setdefault(canonical(m.group("name")), None)
+        head = _NM_HEAD.match(line)
+        name = line[head.end():].rstrip() if head else ""
+        if name and not any(word in name for word in _NOT_A_KERNEL):
+            out.setdefault(canonical(name), None)
     return tuple(out)

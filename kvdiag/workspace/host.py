@@ -196,7 +196,7 @@ def cpu_model(cpuinfo: Path | None = None) -> str | None:
     except OSError:
         text = ""
     for key in ("model name", "Hardware", "cpu model", "Processor", "uarch"):
-        m = re.search(rf"^{re.escape(key)}\s*:\s*(.+?)\s*$", text, re.M)
+        m = re.search(rf"^{re.escape(key)}[ \t]*:[ \t]*(\S(?:.*\S)?)[ \t]*$", text, re.M)
         if m and m.group(1):
             return m.group(1)
     return platform.processor() or platform.machine() or None
