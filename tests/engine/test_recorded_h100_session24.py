@@ -1,0 +1,218 @@
+"""Device session 24 on an H100 (tests/fixtures/device/h100-session24): D19 confirmed on ggml d99724f2
+and its fix probe verified there; one cuBLAS-fed initcheck root explained in a single process; the whole
+suite under memcheck and initcheck judged to the end.
+
+Recorded on ggml d99724f2 built there: `kvdiag run D19`, `kvdiag verify D19 --probe D19-fix-bound-sink-read
+--before latest --numeric-params …`, MUL_MAT_ID's `getrows.cu:127` case alone under initcheck in test mode
+with cuBLAS's logs on and under Nsight Compute, and `kvdiag discover --tool memcheck,initcheck -j 16`.
+Recorded logs are judged again with the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kvdiag.controls.gate import Gate
+from kvdiag.engine.discover.batch import Unit, judge_process
+from kvdiag.engine.evidence.observe import observe
+from kvdiag.engine.verdict.judge import judge_attempt
+from kvdiag.parse.case_segments import split_cases
+from kvdiag.parse.sanitizer import parse_sanitizer, site_label
+from kvdiag.parse.text import strip_ansi
+from kvdiag.records.verdict import Verdict
+from kvdiag.registry.loader import load_registry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_helpers import recorded_command  # noqa: E402
+from test_recorded_h100_session18_discover import read_gz, recorded  # noqa: E402
+
+DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
+FIXTURE = DEVICE / "h100-session24"
+REGISTRY = Path(__file__).resolve().parents[2] / "registry"
+RUNS = FIXTURE / "runs"
+D19_RUN, D19_AFTER = "20261207-074224.591253-0002-D19", "20261207-074621.854043-0005-D19"
+SINK_SITE = "fattn-mma-f16.cuh:1357"
+SINK_KERNEL = "flash_attn_ext_f16<128, 128, 4, 8, false, false>"
+WHOLE_LOGS = ["initcheck-00218", "initcheck-00372", "initcheck-00482", "initcheck-00486", "initcheck-00576",
+              "initcheck-00692"]
+MMID_CASE = "type_a=bf16,type_b=f32,n_mats=16,n_used=16,b=1,m=32,n=1024,k=16"
+GEMM_OUTPUT_BYTES = 32 * 1024 * 4        # m × n floats: one expert's rows for all 1024 tokens
+
+
+def document() -> dict:
+    return json.loads(read_gz(FIXTURE / "whole.json.gz"))
+
+
+def chain() -> dict[str, int]:
+    """The script's time stamps: what happened, and seconds since the script started."""
+    return {" ".join(line.split()[3:]): int(line.split()[1]) for line in (FIXTURE / "chain.txt").read_text().splitlines()}
+
+
+def test_the_machine_is_one_h100_and_the_build_took_242_s_with_its_clone():
+    env = (FIXTURE / "env.txt").read_text()
+    assert "NVIDIA H100 80GB HBM3, 81559 MiB" in env and "2025.3.1" in env and "kvdiag main at bae167a" in env
+    assert chain()["built rc=0"] - chain()["start"] == 242
+
+
+# ------------------------------------------------------------------ D19: confirmed, and its fix verified
+
+def _recorded_attempt(run_id: str):
+    logs = RUNS / run_id / "logs"
+    combined = logs / "recorded.combined.log"
+    combined.write_text((logs / "fast-1.stdout.log").read_text() + (logs / "fast-1.stderr.log").read_text())
+    entry = load_registry(REGISTRY).get("D19")
+    try:
+        obs = observe(entry.default_step, [recorded_command(logs, "fast-1", combined)],
+                      [logs / "fast-1.sanitizer.log"], launch_listed=True)
+        return judge_attempt(entry, obs, Gate(True, "initcheck control passed"), 1, 1.0)
+    finally:
+        combined.unlink()
+
+
+def test_d19_is_confirmed_again_from_its_recorded_log_quoting_the_sink_read():
+    attempt = _recorded_attempt(D19_RUN)
+    assert attempt.verdict is Verdict.CONFIRMED, attempt.reason
+    assert any(SINK_SITE in line for line in attempt.evidence.quoted)
+    assert attempt.evidence.error_count == 64
+    run = (FIXTURE / "d19-run.txt").read_text()
+    assert "D19 CONFIRMED" in run and SINK_KERNEL in run and "(23.9 s)" in run
+
+
+def test_the_fixed_builds_log_holds_no_finding_and_the_same_kernel_ran():
+    log = (RUNS / D19_AFTER / "logs" / "fast-1.sanitizer.log").read_text()
+    report = parse_sanitizer(log, "initcheck")
+    assert report.findings == () and report.error_count == 0
+    assert _recorded_attempt(D19_AFTER).verdict is not Verdict.CONFIRMED
+    run = json.loads((RUNS / D19_AFTER / "run.json").read_text())["outcome"]
+    assert run["verdict"] == "not-reproduced"
+    assert SINK_KERNEL in run["attempts"][0]["evidence"]["launched"]
+
+
+def test_verify_called_the_fix_verified_with_the_numeric_cases_ok_on_both_sides():
+    text = (FIXTURE / "d19-verify.txt").read_text()
+    assert "conclusion: fix verified" in text and "source tree: untouched" in text
+    assert re.search(r"verdict\s+confirmed\s+not-reproduced", text)
+    assert re.search(r"sanitizer errors\s+64\s+0\n", text)
+    assert re.search(r"numeric /nr23=.*/\s+8 OK / 0 FAIL\s+8 OK / 0 FAIL", text)
+    assert "reusing run 20261207-074224.591253-0002-D19" in text
+
+
+def test_d19_and_its_probe_name_the_measured_pair():
+    assert "h100-session24" in (REGISTRY / "D19.md").read_text()
+    probe = (REGISTRY.parent / "probes" / "D19-fix-bound-sink-read.patch").read_text()
+    assert "output-correct: yes, measured" in probe and "h100-session24" in probe
+
+
+# ------------------------------------------------------------------ getrows.cu:127: reads of cuBLAS's outputs
+
+def mmid_log() -> str:
+    with lzma.open(FIXTURE / "mmid-initcheck.log.xz", "rt") as opened:
+        return strip_ansi(opened.read())
+
+
+def gemm_outputs() -> list[int]:
+    """The D address of each cuBLASLt matmul the process ran, in call order."""
+    text = read_gz(FIXTURE / "mmid-cublaslt.log.gz")
+    return [int(a, 16) for a in re.findall(r"\[Api\]\[cublasLtTSSMatmul\] .* D=0X([0-9A-F]+) ", text)]
+
+
+def test_every_uninitialized_read_is_at_the_gather_of_the_expert_outputs():
+    report = parse_sanitizer(mmid_log(), "initcheck")
+    assert report.error_count == 131072
+    assert [(site_label(s), s.count) for s in report.sites] == [("getrows.cu:127", 131072)]
+    assert all("read of size 16 bytes" in f.message for f in report.findings)
+
+
+def test_the_reads_cover_the_sixteen_gemm_outputs_of_the_same_process_each_byte_once():
+    outputs = gemm_outputs()
+    assert len(outputs) == 16
+    written = {d + offset for d in outputs for offset in range(0, GEMM_OUTPUT_BYTES, 16)}
+    read = [int(a, 16) for a in re.findall(r"Address (0x[0-9a-f]+)", mmid_log())]
+    assert len(read) == len(set(read)) == len(written) == 131072
+    assert set(read) == written
+
+
+def test_the_numeric_test_passed_in_the_same_process_and_alone():
+    same = mmid_log()
+    assert f"MUL_MAT_ID({MMID_CASE}): OK" in same and "1/1 tests passed" in same
+    alone = strip_ansi((FIXTURE / "cublas-mmid-test.txt").read_text())
+    assert f"MUL_MAT_ID({MMID_CASE}): OK" in alone
+
+
+def test_the_gemms_were_cublas_calls_run_as_hopper_nvjet_kernels():
+    api = read_gz(FIXTURE / "mmid-cublas-api.log.gz")
+    calls = Counter(re.findall(r"function cublasStatus_t (\w+)\(", api))
+    assert calls["cublasGemmEx"] == 16
+    lt = read_gz(FIXTURE / "mmid-cublaslt.log.gz")
+    assert set(re.findall(r"\[cublasLt\]\[(\d+)\]", lt)) == set(re.findall(r"Process=(\d+);", api))   # one process
+    assert set(re.findall(r"algo=\[algoId=(\d+) ", lt)) == {"66"}
+    kernels = Counter(re.findall(r"^  (?:void )?(\w+).*, Context \d+, Stream \d+, Device 0, CC 9\.0$",
+                                 (FIXTURE / "ncu-mmid.txt").read_text(), re.M))
+    assert kernels == {"nvjet_sm90_tss_8x64_64x16_4x2_h_bz_TNN": 16, "k_get_rows_float": 1, "k_get_rows_float_vec": 1}
+
+
+def test_the_mul_mat_case_was_not_run_its_pattern_matched_nothing():
+    assert "0/0 tests passed" in strip_ansi((FIXTURE / "cublas-mm-test.txt").read_text())
+
+
+# ------------------------------------------------------------------ the whole suite under memcheck and initcheck
+
+def test_the_whole_suite_under_memcheck_and_initcheck_was_judged_to_the_end_in_473_s():
+    doc = document()
+    assert doc["tools"] == ["memcheck", "initcheck"] and doc["workers"] == 16 and doc["interrupted"] is False
+    assert round(doc["wall_s"], 1) == 473.3 and len(doc["processes"]) == 892
+    totals = doc["totals"]
+    assert totals["judged"] == 23884 and totals["cut"] == 0
+    assert totals["by_tool"]["memcheck"]["findings"] == 0 and totals["by_tool"]["initcheck"]["findings"] == 53
+    assert {c["state"] for c in doc["cases"]} <= {"clean", "findings", "not-supported"}
+    assert round(sum(p["wall_s"] or 0 for p in doc["processes"])) == 7461
+
+
+def test_sixteen_processes_held_under_8_gib_of_the_gpu_and_left_cores_idle():
+    gpu = [line.replace(",", " ").split() for line in read_gz(FIXTURE / "gpu.csv.gz").splitlines()]
+    used, busy_gpu = [int(row[1]) for row in gpu], [int(row[2]) for row in gpu]
+    assert max(used) == 7388 and 21 < sum(busy_gpu) / len(busy_gpu) < 22.5
+    rows = [line.split() for line in read_gz(FIXTURE / "cpu.log.gz").splitlines()]
+    first, last = [int(v) for v in rows[0][2:]], [int(v) for v in rows[-1][2:]]
+    idle = (last[3] + last[4]) - (first[3] + first[4])
+    assert 10.8 < 16 * (1 - idle / (sum(last) - sum(first))) < 11.2
+
+
+def test_the_same_seven_roots_as_session_21_now_d19_among_them():
+    roots = {r["site"]: r for r in document()["roots"]}
+    earlier = json.loads(read_gz(DEVICE / "h100-session21" / "whole.json.gz"))["roots"]
+    assert set(roots) == {r["site"] for r in earlier}
+    assert {r["tool"] for r in roots.values()} == {"initcheck"}
+    assert {site: r["known"] for site, r in roots.items() if r["known"]} == {"src/ggml-cuda/fattn-mma-f16.cuh:1357": "D19"}
+    assert roots["src/ggml-cuda/fattn-mma-f16.cuh:1357"]["cases"] == 22
+    assert roots["src/ggml-cuda/getrows.cu:127"]["smallest"]["params"] == MMID_CASE
+
+
+def rejudge_unlisted(process: str) -> list:
+    """One recorded initcheck process judged again (memcheck and initcheck print no launch listing)."""
+    record = json.loads(read_gz(FIXTURE / "logs" / "whole" / f"{process}.cmd.json.gz"))
+    argv, result = record["argv"], record["result"]
+    body = argv[argv.index("-p") + 1][2:-2]
+    cases = tuple(re.sub(r"\\(.)", r"\1", alt) for alt in re.split(r"(?<!\\)\|", body))
+    unit = Unit("initcheck", argv[argv.index("-o") + 1], cases)
+    text = strip_ansi(read_gz(FIXTURE / "logs" / "whole" / f"{process}.stdout.log.gz"))
+    outcome = judge_process(unit, split_cases(text, "initcheck"), text, name=process, log=process,
+                            wall_s=result["duration_s"], timed_out=result["timed_out"], ended=result["description"],
+                            budget_s=600.0, listed=False)
+    assert not outcome.again and len(outcome.records) == len(cases)
+    return outcome.records
+
+
+@pytest.mark.parametrize("process", WHOLE_LOGS)
+def test_a_recorded_initcheck_process_is_judged_again_as_the_device_judged_it(process):
+    records = rejudge_unlisted(process)
+    before = recorded(document(), process, "initcheck")
+    assert {r.params: r.state for r in records} == {p: c["state"] for p, c in before.items()}
+    assert any(r.state == "findings" for r in records)
