@@ -67,7 +67,8 @@ PREFIXES = ["", "========= ", "=========     at ", "========= Invalid __global__
             "CUDA error: ", "  current device: 0, in function ", "terminate called ", "#1 ", "bash: line 1: ",
             "kvdiag-launch: void k<", "a.cu(1): error: ", "a.c:1:2: error: ",
             "========= Error: Race reported between Write access at ", "0000000000001234 t ",
-            "   FUNC 0 ENTRY ", "void k<", "Backend 1/2: ", "  Skipping ", "  what(): "]
+            "   FUNC 0 ENTRY ", "void k<", "Backend 1/2: ", "  Skipping ", "  what(): ",
+            "========= Error: Potential WAR hazard detected at ", "=========     at k", "=========     at k+0x1"]
 PIECES = [" ", "  ", "\t", "x", ":", ": ", "(", ")", "[", "]", "] ", "<", ">", "{", "=", "==========", ",", "0x1",
           "+0x", " in ", "(1,", "OK ", "not supported [", "): ", " at ", "ERR = ", " > ", "A(", "x.cu:", "Error in ",
           "\x00", "\xff", "\ufffd", "\x1b[", "\x1b]", "\r", "kvdiag-launch: ", "(int)", "[a] ", "\\",
@@ -85,7 +86,10 @@ KNOWN = [("0000000000001234 t a", [" "], "", "x"), ("", ["x"], "", ""), ("[A] ",
          ("  A(x): ", ["["], "", ""), ("", [":"], "", ""), ("0000000000001234 t ", [" "], "", ""),
          ("========= Error: Race reported between Write access at ", [" "], "", "x"), ("x.cu:1: ", [" "], "", "x"),
          ("GGML_ASSERT: a.c:1: ", [" "], "", "x"), ("CUDA error: ", [" "], "", "x"),
-         ("terminate called ", [" "], "", "x"), ("Backend 1/2: ", [" "], "", "x")]
+         ("terminate called ", [" "], "", "x"), ("Backend 1/2: ", [" "], "", "x"),
+         # cubic: an old race header's lazy site before `\s*:?\s*$` (148 s for 4000 blanks); a site
+         # without an offset whose function ended in a long blank run
+         ("========= Error: Potential WAR hazard detected at ", [" "], "", "x"), ("=========     at k", [" "], "", "x")]
 
 
 def hostile(prefix: str, pieces: list[str], noise: str, suffix: str, shape: str) -> str:
@@ -123,6 +127,8 @@ def best_of(parse, text: str, times: int = 3) -> float:
 @example(made=KNOWN[9])
 @example(made=KNOWN[10])
 @example(made=KNOWN[11])
+@example(made=KNOWN[12])
+@example(made=KNOWN[13])
 def test_a_parser_reads_hostile_text_within_a_bound_of_ordinary_text(parser, shape, made):
     parse = PARSERS[parser]
     text = hostile(*made, shape)

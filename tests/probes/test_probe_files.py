@@ -38,7 +38,7 @@ def test_real_probes_parse_with_every_field():
     d19 = probes.get("D19-fix-bound-sink-read")
     assert (d19.defect, d19.kind, d19.commit) == ("D19", "fix", "d99724f2b141fed9e1a9f402213506c081433465")
     assert d19.touched_files() == (("src/ggml-cuda/fattn-mma-f16.cuh", False),)
-    assert d19.keeps_output_correct is None          # "expected yes, not measured": to check on a device
+    assert d19.keeps_output_correct is True          # measured in session 24 (`kvdiag verify D19`, 8 OK each side)
     d18 = probes.get("D18-fix-combine-barrier")
     assert (d18.defect, d18.kind, d18.keeps_output_correct) == ("D18", "fix", True)    # measured in session 21
     assert d18.touched_files() == (("src/ggml-cuda/fattn-mma-f16.cuh", False),)
