@@ -54,17 +54,17 @@ def chain() -> dict[str, int]:
     return {line.split()[2]: int(line.split()[0]) for line in (FIXTURE / "chain.txt").read_text().splitlines()}
 
 
-def rejudge_unlisted(process: str) -> tuple[Unit, list]:
+def rejudge_unlisted(process: str, fixture: Path = FIXTURE) -> tuple[Unit, list]:
     """One recorded memcheck or initcheck process judged again: those tools run every case, so the
     processes printed no launch listing (only routed racecheck and synccheck processes do)."""
-    record = json.loads(read_gz(FIXTURE / "logs" / "whole" / f"{process}.cmd.json.gz"))
+    record = json.loads(read_gz(fixture / "logs" / "whole" / f"{process}.cmd.json.gz"))
     argv, result = record["argv"], record["result"]
     assert "KVDIAG_PRINT_LAUNCHES" not in record["env_overrides"]
     body = argv[argv.index("-p") + 1][2:-2]
     cases = tuple(re.sub(r"\\(.)", r"\1", alt) for alt in re.split(r"(?<!\\)\|", body))
     tool = argv[argv.index("--tool") + 1]
     unit = Unit(tool, argv[argv.index("-o") + 1], cases)
-    text = strip_ansi(read_gz(FIXTURE / "logs" / "whole" / f"{process}.stdout.log.gz"))
+    text = strip_ansi(read_gz(fixture / "logs" / "whole" / f"{process}.stdout.log.gz"))
     outcome = judge_process(unit, split_cases(text, tool), text, name=process, log=process,
                             wall_s=result["duration_s"], timed_out=result["timed_out"], ended=result["description"],
                             budget_s=600.0, listed=False)
@@ -80,21 +80,22 @@ def test_the_machine_is_one_h100_and_the_build_took_195_s():
 
 # ------------------------------------------------------------------ D18: confirmed, and its fix verified
 
-def _recorded_attempt(entry_id: str, run_id: str):
-    logs = RUNS / run_id / "logs"
+def recorded_attempt(entry_id: str, run_id: str, runs: Path = RUNS, control: str = "racecheck control passed"):
+    """A recorded run's log judged again with the registry's entry, as a launch-listed attempt."""
+    logs = runs / run_id / "logs"
     combined = logs / "recorded.combined.log"
     combined.write_text((logs / "fast-1.stdout.log").read_text() + (logs / "fast-1.stderr.log").read_text())
     entry = load_registry(REGISTRY).get(entry_id)
     try:
         obs = observe(entry.default_step, [recorded_command(logs, "fast-1", combined)],
                       [logs / "fast-1.sanitizer.log"], launch_listed=True)
-        return judge_attempt(entry, obs, Gate(True, "racecheck control passed"), 1, 1.0)
+        return judge_attempt(entry, obs, Gate(True, control), 1, 1.0)
     finally:
         combined.unlink()
 
 
 def test_d18_is_confirmed_again_from_its_recorded_log_quoting_the_fp16_site():
-    attempt = _recorded_attempt("D18", D18_RUN)
+    attempt = recorded_attempt("D18", D18_RUN)
     assert attempt.verdict is Verdict.CONFIRMED
     assert any("cuda_fp16.h:5122" in line for line in attempt.evidence.quoted)
     assert "flash_attn_ext_f16<192, 128, 8, 8, false, false>" in (FIXTURE / "d18-run.txt").read_text()

@@ -19,19 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.controls.gate import Gate
-from kvdiag.engine.discover.batch import Unit, judge_process
-from kvdiag.engine.evidence.observe import observe
-from kvdiag.engine.verdict.judge import judge_attempt
-from kvdiag.parse.case_segments import split_cases
 from kvdiag.parse.sanitizer import parse_sanitizer, site_label
 from kvdiag.parse.text import strip_ansi
 from kvdiag.records.verdict import Verdict
-from kvdiag.registry.loader import load_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_helpers import recorded_command  # noqa: E402
 from test_recorded_h100_session18_discover import read_gz, recorded  # noqa: E402
+from test_recorded_h100_session21 import recorded_attempt, rejudge_unlisted  # noqa: E402
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
 FIXTURE = DEVICE / "h100-session24"
@@ -64,16 +58,7 @@ def test_the_machine_is_one_h100_and_the_build_took_242_s_with_its_clone():
 # ------------------------------------------------------------------ D19: confirmed, and its fix verified
 
 def _recorded_attempt(run_id: str):
-    logs = RUNS / run_id / "logs"
-    combined = logs / "recorded.combined.log"
-    combined.write_text((logs / "fast-1.stdout.log").read_text() + (logs / "fast-1.stderr.log").read_text())
-    entry = load_registry(REGISTRY).get("D19")
-    try:
-        obs = observe(entry.default_step, [recorded_command(logs, "fast-1", combined)],
-                      [logs / "fast-1.sanitizer.log"], launch_listed=True)
-        return judge_attempt(entry, obs, Gate(True, "initcheck control passed"), 1, 1.0)
-    finally:
-        combined.unlink()
+    return recorded_attempt("D19", run_id, RUNS, "initcheck control passed")
 
 
 def test_d19_is_confirmed_again_from_its_recorded_log_quoting_the_sink_read():
@@ -195,24 +180,9 @@ def test_the_same_seven_roots_as_session_21_now_d19_among_them():
     assert roots["src/ggml-cuda/getrows.cu:127"]["smallest"]["params"] == MMID_CASE
 
 
-def rejudge_unlisted(process: str) -> list:
-    """One recorded initcheck process judged again (memcheck and initcheck print no launch listing)."""
-    record = json.loads(read_gz(FIXTURE / "logs" / "whole" / f"{process}.cmd.json.gz"))
-    argv, result = record["argv"], record["result"]
-    body = argv[argv.index("-p") + 1][2:-2]
-    cases = tuple(re.sub(r"\\(.)", r"\1", alt) for alt in re.split(r"(?<!\\)\|", body))
-    unit = Unit("initcheck", argv[argv.index("-o") + 1], cases)
-    text = strip_ansi(read_gz(FIXTURE / "logs" / "whole" / f"{process}.stdout.log.gz"))
-    outcome = judge_process(unit, split_cases(text, "initcheck"), text, name=process, log=process,
-                            wall_s=result["duration_s"], timed_out=result["timed_out"], ended=result["description"],
-                            budget_s=600.0, listed=False)
-    assert not outcome.again and len(outcome.records) == len(cases)
-    return outcome.records
-
-
 @pytest.mark.parametrize("process", WHOLE_LOGS)
 def test_a_recorded_initcheck_process_is_judged_again_as_the_device_judged_it(process):
-    records = rejudge_unlisted(process)
+    _, records = rejudge_unlisted(process, FIXTURE)
     before = recorded(document(), process, "initcheck")
     assert {r.params: r.state for r in records} == {p: c["state"] for p, c in before.items()}
     assert any(r.state == "findings" for r in records)
