@@ -22,10 +22,11 @@ import pytest
 from kvdiag.parse.sanitizer import parse_sanitizer, site_label
 from kvdiag.parse.text import strip_ansi
 from kvdiag.records.verdict import Verdict
+from kvdiag.registry.loader import load_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_recorded_h100_session18_discover import read_gz, recorded  # noqa: E402
-from test_recorded_h100_session21 import recorded_attempt, rejudge_unlisted  # noqa: E402
+from test_recorded_h100_session21 import judged_log, recorded_attempt, rejudge_unlisted  # noqa: E402
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
 FIXTURE = DEVICE / "h100-session24"
@@ -141,6 +142,30 @@ def test_the_gemms_were_cublas_calls_run_as_hopper_nvjet_kernels():
     kernels = Counter(re.findall(r"^  (?:void )?(\w+).*, Context \d+, Stream \d+, Device 0, CC 9\.0$",
                                  (FIXTURE / "ncu-mmid.txt").read_text(), re.M))
     assert kernels == {"nvjet_sm90_tss_8x64_64x16_4x2_h_bz_TNN": 16, "k_get_rows_float": 1, "k_get_rows_float_vec": 1}
+
+
+def test_d20_confirms_the_recorded_case_and_names_the_gather_site(tmp_path):
+    """The command D20's repro runs, as the device ran it by hand (no print limit there): confirmed."""
+    argv = ["compute-sanitizer", "--tool", "initcheck", "--check-api-memory-access", "no", "--print-limit", "0",
+            "--show-backtrace", "device", "test-backend-ops", "test", "-o", "MUL_MAT_ID", "-b", "CUDA0", "-p",
+            f"^{MMID_CASE}$"]
+    attempt = judged_log(REGISTRY, "D20", mmid_log(), tmp_path, argv)
+    assert attempt.verdict is Verdict.CONFIRMED, attempt.reason
+    assert any("getrows.cu:127" in line for line in attempt.evidence.quoted)
+    d20 = load_registry(REGISTRY).get("D20")
+    assert re.search(d20.default_step.vars["params"], MMID_CASE) and d20.default_step.vars["op"] == "MUL_MAT_ID"
+
+
+def test_d20_names_the_cublas_root_and_no_other():
+    from kvdiag.engine.discover.matching import match_roots
+    from kvdiag.engine.discover.result import from_document
+
+    roots = from_document(document()).roots
+    match_roots(roots, load_registry(REGISTRY).entries)
+    known = {root.key.site: root.known for root in roots}
+    assert {site: entry for site, entry in known.items() if entry} == {
+        "src/ggml-cuda/fattn-mma-f16.cuh:1357": "D19", "src/ggml-cuda/getrows.cu:127": "D20"}
+    assert known["src/ggml-cuda/getrows.cu:99"] is None             # GET_ROWS' own gather kernel, another root
 
 
 def test_the_mul_mat_case_was_not_run_its_pattern_matched_nothing():
