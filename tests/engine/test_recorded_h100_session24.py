@@ -156,6 +156,14 @@ def test_d20_confirms_the_recorded_case_and_names_the_gather_site(tmp_path):
     assert re.search(d20.default_step.vars["params"], MMID_CASE) and d20.default_step.vars["op"] == "MUL_MAT_ID"
 
 
+def test_d20_does_not_confirm_the_other_gather_in_the_same_file(tmp_path):
+    """GET_ROWS' own k_get_rows_float at getrows.cu:99 (session 21, host API checks off): the same file and
+    tool, another kernel. The signature's kernel keeps it out: a different finding, inconclusive."""
+    text = read_gz(DEVICE / "h100-session21" / "api-no.log.gz")
+    attempt = judged_log(REGISTRY, "D20", text, tmp_path)
+    assert attempt.verdict is Verdict.INCONCLUSIVE and "getrows.cu:99" in attempt.reason
+
+
 def test_d20_names_the_cublas_root_and_no_other():
     from kvdiag.engine.discover.matching import match_roots
     from kvdiag.engine.discover.result import from_document
