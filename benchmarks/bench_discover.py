@@ -19,7 +19,11 @@ launch probe's program with `--no-route` (every case sanitized under racecheck);
 arm's clean judgement, and ``spared_with_findings`` counts the cases one arm spared and the other
 found something in: routing is sound only if it is 0. ``:backtrace-no`` adds `--backtrace no`
 (no tool's records with device frames), ``:backtrace-device`` `--backtrace device` (every tool's);
-the default (auto) leaves synccheck's without. Suffixes combine (``auto:no-route:backtrace-no``).
+the default (auto) leaves synccheck's without. ``:racecheck-workers-N`` adds `--racecheck-workers N`
+(racecheck's host threads per process) and ``:jobs-N`` `-j N`. Suffixes combine
+(``auto:no-route:backtrace-no``). With three arms or more, ``compare_all`` compares each later arm
+with the first. Each arm also reports ``cpu_s``: the user and system seconds its processes spent on
+the host (the sanitizer's and the program's, every one waited for).
 
 The ops default to every op `test-backend-ops --list-ops` prints. Times are wall seconds on
 this machine; compare only numbers from one run (docs/performance.md).
@@ -31,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -66,25 +71,50 @@ def raw_op(sanitizer: str, binary: Path, tool: str, op: str, cap: float, logs: P
             "findings": len(FINDING.findall(text))}
 
 
+COUNTED_FLAGS = {"racecheck-workers": "--racecheck-workers", "jobs": "-j"}
+_COUNTED = re.compile(r"(?P<name>[a-z-]+)-(?P<n>[0-9]+)")
+
+
+def arm_flags(program: str) -> tuple[str, list[str]]:
+    """``program`` (``NAME[:SUFFIX...]``) as discover's --program value and the flags its suffixes add."""
+    name, *suffixes = program.split(":")
+    flags: list[str] = []
+    for suffix in suffixes:
+        counted = _COUNTED.fullmatch(suffix)
+        if suffix in ARM_FLAGS:
+            flags += ARM_FLAGS[suffix]
+        elif counted and counted["name"] in COUNTED_FLAGS:
+            flags += [COUNTED_FLAGS[counted["name"]], counted["n"]]
+        else:
+            known = [*ARM_FLAGS, *(f"{k}-N" for k in COUNTED_FLAGS)]
+            raise SystemExit(f"--programs {program}: unknown suffix {suffix!r} (known: {', '.join(known)})")
+    return name, flags
+
+
+def children_cpu_s() -> float:
+    """User and system seconds of every child process waited for so far (their own children included)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_discover(build: Path, tool: str, ops: list[str], program: str, logs: Path,
                  params: str | None = None) -> tuple[dict, dict]:
-    """One `kvdiag discover` over ``ops`` (``program``: a --program value, then ``:no-route`` and/or
-    ``:backtrace-no``): its row for the report, and its saved document."""
-    name, *suffixes = program.split(":")
-    unknown = set(suffixes) - set(ARM_FLAGS)
-    if unknown:
-        raise SystemExit(f"--programs {program}: unknown suffix {sorted(unknown)} (known: {', '.join(ARM_FLAGS)})")
-    saved = logs / f"discover-{'-'.join([name, *suffixes])}.json"
+    """One `kvdiag discover` over ``ops`` (``program``: a --program value, then suffixes such as
+    ``:no-route`` or ``:racecheck-workers-1``): its row for the report, and its saved document."""
+    name, flags = arm_flags(program)
+    saved = logs / f"discover-{program.replace(':', '-')}.json"
+    cpu_before = children_cpu_s()
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "kvdiag", "discover", "--build", str(build), "--tool", tool,
                            "--ops", ",".join(ops), "--program", name, "--save", str(saved), "--format", "json",
-                           *[flag for s in suffixes for flag in ARM_FLAGS[s]],
-                           *(["--params", params] if params else [])],
+                           *flags, *(["--params", params] if params else [])],
                           capture_output=True, text=True)
     wall = time.monotonic() - started
+    cpu_s = children_cpu_s() - cpu_before
     doc = json.loads(saved.read_text()) if saved.is_file() else {}
     roots = doc.get("roots") or []
-    return {"wall_s": round(wall, 2), "discover_wall_s": doc.get("wall_s"), "exit": done.returncode,
+    return {"wall_s": round(wall, 2), "discover_wall_s": doc.get("wall_s"), "cpu_s": round(cpu_s, 1),
+            "exit": done.returncode,
             "program": doc.get("program"), "routing": doc.get("routing"), "totals": doc.get("totals"),
             "roots": [{k: r.get(k) for k in ("tool", "kind", "site", "function", "cases", "ops")} for r in roots],
             "ops_with_findings": sorted({op for r in roots for op in r.get("ops") or {}}),
@@ -160,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     wall = report["discover"]["wall_s"]
     if "raw" in report and wall > 0:
         report["ratio_raw_over_discover"] = round(report["raw"]["wall_s"] / wall, 2)
-    if len(docs) == 2:
-        report["compare"] = compare_arms(*docs.values(), names=tuple(docs))
+    arms = list(docs)
+    if len(arms) >= 2:
+        report["compare"] = compare_arms(docs[arms[0]], docs[arms[1]], names=(arms[0], arms[1]))
+    if len(arms) >= 3:
+        report["compare_all"] = [compare_arms(docs[arms[0]], docs[arm], names=(arms[0], arm)) for arm in arms[1:]]
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

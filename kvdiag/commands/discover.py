@@ -90,12 +90,16 @@ def _ops(value: str | None) -> tuple[str, ...]:
                    "gets them; device: every tool does. A root whose records name no launching kernel (no "
                    "frames; racecheck's race records never have them) gets it from its smallest case run once "
                    "more alone: with frames, or for racecheck with its launches listed.")
+@click.option("--racecheck-workers", type=Count(0, 64), default=None, metavar="N",
+              help="Host threads of each racecheck process (the sanitizer's --racecheck-num-workers); 0 or "
+                   "unset: the tool's own choice, made as if its process ran alone on the host.")
 @click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the processes over.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "sarif", "html"]), default="text",
               show_default=True)
 @click.pass_obj
 def discover_cmd(ctx, build_dir, tool_list, op_list, params, jobs, batch, case_budget, shard, save, draft_into,
-                 with_warnings, new_only, sanitizer, program, route, backtrace, devices, fmt) -> int:
+                 with_warnings, new_only, sanitizer, program, route, backtrace, racecheck_workers, devices,
+                 fmt) -> int:
     from kvdiag.engine.discover.session import run_discover
     from kvdiag.fileio import prepare_output, written_as
     from kvdiag.report.discover_formats import exit_code, render
@@ -114,7 +118,8 @@ def discover_cmd(ctx, build_dir, tool_list, op_list, params, jobs, batch, case_b
             result = run_discover(build_dir, entries=registry.entries, tools=tools, ops=ops, params=params,
                                   jobs=jobs, case_budget_s=case_budget, batch=batch, shard=chosen,
                                   sanitizer=sanitizer, devices=devices, registry=str(registry.root),
-                                  program=program, route=route, backtrace=backtrace, progress=progress)
+                                  program=program, route=route, backtrace=backtrace,
+                                  racecheck_workers=racecheck_workers, progress=progress)
     except ScanNotRun as exc:
         from kvdiag.records.verdict import Verdict
 

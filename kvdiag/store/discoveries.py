@@ -85,11 +85,19 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "program": merged_program(parts),
             "routing": merged_routing(parts),
             "backtrace": merged_backtrace(parts),
+            "racecheck_workers": merged_racecheck_workers(parts),
             "relative": {k: v for p in parts for k, v in (p.get("relative") or {}).items()},
             "source_lines": {k: v for p in parts for k, v in (p.get("source_lines") or {}).items()},
             "cases": [c for p in parts for c in p["cases"]],
             "merged_from": [{"shard": p["shard"], "started_at": p.get("started_at"), "wall_s": p.get("wall_s"),
                              "cases": len(p["cases"])} for p in sorted(parts, key=lambda p: parse_shard(p["shard"]))]}
+
+
+def merged_racecheck_workers(parts: Sequence[Mapping[str, Any]]) -> int | None:
+    """The shards' --racecheck-workers when they all ran one, else None: a setting of speed, not of what
+    the tool finds, so shards that differ in it merge like any others."""
+    values = {p.get("racecheck_workers") for p in parts}
+    return values.pop() if len(values) == 1 else None
 
 
 def merged_routing(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

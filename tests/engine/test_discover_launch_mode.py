@@ -28,6 +28,7 @@ from kvdiag.cli import main
 from kvdiag.controls.gate import Gate
 from kvdiag.engine.discover import session as discover_session
 from kvdiag.engine.discover.program import LAUNCH, TEST, choose_program
+from kvdiag.engine.discover.result import from_document
 from kvdiag.probes.program_rebuild import ProbeProgram
 
 
@@ -121,7 +122,6 @@ def test_merged_shards_keep_their_numeric_runs_and_say_when_they_ran_different_m
 
 
 def test_merged_shards_say_when_they_ran_different_backtraces():
-    from kvdiag.engine.discover.result import from_document
     from kvdiag.report.discover_formats import backtrace_line
     from kvdiag.store.discoveries import merged_backtrace
 
@@ -259,7 +259,6 @@ def test_a_program_whose_launches_the_probe_cannot_see_spares_nothing(tmp_path, 
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
 def test_a_root_of_a_tool_without_frames_marks_its_kernels_column(tmp_path, monkeypatch, fmt):
-    from kvdiag.engine.discover.result import from_document
     from kvdiag.report.discover_formats import render
 
     doc, _, _ = discover(tmp_path, monkeypatch, "--tool", "racecheck,synccheck", "--ops", "SOFT_MAX")
@@ -294,7 +293,6 @@ def test_a_frameless_root_names_its_launching_kernel_from_its_smallest_case_run_
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
 def test_the_reports_name_the_framed_kernels_and_a_read_back_document_keeps_them(tmp_path, monkeypatch, fmt):
-    from kvdiag.engine.discover.result import from_document
     from kvdiag.report.discover_formats import render
 
     doc, _, _ = discover(tmp_path, monkeypatch, "--tool", "synccheck", "--ops", "SOFT_MAX", staged=_barrier)
@@ -353,7 +351,6 @@ def test_a_racecheck_root_whose_smallest_case_lists_no_shared_memory_says_so():
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
 def test_the_reports_say_how_a_racecheck_roots_kernels_were_named(tmp_path, monkeypatch, fmt):
-    from kvdiag.engine.discover.result import from_document
     from kvdiag.report.discover_formats import render
 
     doc, _, _ = discover(tmp_path, monkeypatch, "--ops", "CPY")
@@ -405,3 +402,36 @@ def test_ctrl_c_during_the_numeric_test_saves_the_discovery_as_interrupted(tmp_p
     [row] = doc["numeric_runs"]
     assert row["statuses"] == 0 and "interrupted" in row["why"].lower()
     assert doc["frames"] == []                          # the follow-up does not start after a Ctrl-C
+
+
+def test_racecheck_workers_reach_racecheck_processes_only_and_the_record(tmp_path, monkeypatch):
+    doc, _, _ = discover(tmp_path, monkeypatch, "--racecheck-workers", "2", "--tool", "racecheck,synccheck",
+                         "--ops", "SOFT_MAX")
+    assert doc["racecheck_workers"] == 2 and from_document(doc).racecheck_workers == 2
+    workers = {}
+    for cmd in (Path(doc["run_dir"]) / "logs").glob("*.cmd.json"):
+        argv = json.loads(cmd.read_text())["argv"]
+        if "--tool" in argv:
+            tool = argv[argv.index("--tool") + 1]
+            given = argv[argv.index("--racecheck-num-workers") + 1] if "--racecheck-num-workers" in argv else None
+            workers.setdefault(tool, set()).add(given)
+    assert workers == {"racecheck": {"2"}, "synccheck": {None}}
+    assert all(c["state"] != "cut" for c in doc["cases"])
+
+
+def test_without_racecheck_workers_the_tool_picks_its_own_and_older_records_read_as_unset(tmp_path, monkeypatch):
+    doc, _, _ = discover(tmp_path, monkeypatch, "--ops", "SOFT_MAX")
+    assert doc["racecheck_workers"] is None
+    for cmd in (Path(doc["run_dir"]) / "logs").glob("*.cmd.json"):
+        assert "--racecheck-num-workers" not in json.loads(cmd.read_text())["argv"]
+    older = {k: v for k, v in doc.items() if k != "racecheck_workers"}
+    assert from_document(older).racecheck_workers is None
+    assert from_document({**doc, "racecheck_workers": True}).racecheck_workers is None     # not a count
+
+
+def test_merged_shards_keep_racecheck_workers_only_when_they_agree():
+    from kvdiag.store.discoveries import merged_racecheck_workers
+
+    assert merged_racecheck_workers([{"racecheck_workers": 1}, {"racecheck_workers": 1}]) == 1
+    assert merged_racecheck_workers([{"racecheck_workers": 1}, {}]) is None
+

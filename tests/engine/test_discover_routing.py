@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from kvdiag.engine.discover.batch import ROUTE, Unit
 from kvdiag.engine.discover.cases import ABORTED, CLEAN, CUT, FINDINGS, SPARED, CaseRecord
 from kvdiag.engine.discover.routing import SharedMemoryRouter, holds_no_shared_memory, plan_routing
@@ -100,3 +102,16 @@ def test_the_benchmark_counts_a_spared_case_the_other_arm_found_something_in():
     compared = bench.compare_arms(unrouted, routed, names=("no-route", "route"))
     assert (compared["agree"], compared["spared_with_findings"]) == (2, 1)
     assert compared["spared"] == {"no-route": 0, "route": 2}
+
+
+def test_the_benchmark_reads_counted_arm_suffixes_and_refuses_unknown_ones():
+    spec = importlib.util.spec_from_file_location(
+        "bench_discover", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_discover.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.arm_flags("auto") == ("auto", [])
+    assert bench.arm_flags("auto:racecheck-workers-1:jobs-16") == (
+        "auto", ["--racecheck-workers", "1", "-j", "16"])
+    assert bench.arm_flags("plain:no-route:backtrace-no") == ("plain", ["--no-route", "--backtrace", "no"])
+    with pytest.raises(SystemExit, match="unknown suffix 'workers-2'"):
+        bench.arm_flags("auto:workers-2")

@@ -46,7 +46,10 @@ def test_a_time_that_is_not_finite_and_positive_is_a_usage_error(kv: Faults, com
      "kvdiag: --seed -1: must be a whole number at least 0"),
     (["model", "synth", "--head-dim", "nan", "--n-head", "2", "--n-head-kv", "2", "-o", "OUT"],
      "kvdiag: --head-dim: 'nan' is not a whole number"),
-], ids=["runs-limit-nan", "runs-limit-0", "history-limit-negative", "synth-seed-negative", "synth-head-dim-nan"])
+    (["discover", "--build", "OUT", "--racecheck-workers", "-1"],
+     "kvdiag: --racecheck-workers -1: must be a whole number from 0 to 64"),
+], ids=["runs-limit-nan", "runs-limit-0", "history-limit-negative", "synth-seed-negative", "synth-head-dim-nan",
+        "discover-racecheck-workers-negative"])
 def test_a_count_out_of_range_is_one_line_and_64(kv: Faults, args, line):
     code, out, err = kv.cli(*[str(kv.root / "m.gguf") if a == "OUT" else a for a in args])
     assert code == 64 and out == "" and err.strip() == line, (code, out, err)

@@ -78,12 +78,13 @@ class Runner:
     mode: str = "test"                       # "launch": the launch probe's GPU-only mode (engine.discover.program)
     listed: frozenset[str] = frozenset()     # the tools (or ROUTE) whose processes print their launches
     backtrace: str = "auto"                  # one of frames.BACKTRACES
+    racecheck_workers: int | None = None     # racecheck's host threads per process (None: the tool's choice)
 
     def argv(self, unit: Unit) -> tuple[str, ...]:
         program = [str(self.binary), self.mode, "-o", unit.op, "-b", self.backend, "-p", case_regex(unit.cases)]
         if unit.tool == ROUTE:
             return tuple(program)
-        return tool_invocation(unit.tool, self.backtrace).argv(self.sanitizer, None, program)
+        return tool_invocation(unit.tool, self.backtrace, self.racecheck_workers).argv(self.sanitizer, None, program)
 
     def lists(self, unit: Unit) -> bool:
         return unit.tool in self.listed
@@ -96,12 +97,19 @@ class UnitOutcome:
     row: dict[str, Any] = field(default_factory=dict)
 
 
-def tool_invocation(tool: str, backtrace: str = "auto") -> SanitizerInvocation:
+def tool_invocation(tool: str, backtrace: str = "auto", racecheck_workers: int | None = None) -> SanitizerInvocation:
     """Every record printed (``--print-limit 0``), with its device frames unless ``backtrace`` says none
     for this tool: a record without frames names its reporting function as its kernel
     (engine.discover.findings), so an inlined device function's kernel is not known; roots, matching
-    and drafts use the function."""
-    return SanitizerInvocation(tool=tool, options=("--show-backtrace", shows_backtrace(tool, backtrace)),
+    and drafts use the function.
+
+    ``racecheck_workers`` sets racecheck's host worker threads (``--racecheck-num-workers``; the tool
+    picks its own number for 0 or None). Discovery runs many racecheck processes at once on one host,
+    so each one's automatic choice is a guess made as if it were alone (docs/performance.md)."""
+    options = ("--show-backtrace", shows_backtrace(tool, backtrace))
+    if tool == "racecheck" and racecheck_workers is not None:
+        options += ("--racecheck-num-workers", str(racecheck_workers))
+    return SanitizerInvocation(tool=tool, options=options,
                                print_limit=0,
                                destroy_on_device_error=DESTROYS.get(tool))
 

@@ -46,6 +46,7 @@ class DiscoverResult:
     routing: dict[str, Any] = field(default_factory=dict)   # tools routed by shared memory (discover.routing)
     backtrace: str = "auto"                            # --backtrace: per tool (auto), device or no (discover.batch)
     frames: list[dict[str, Any]] = field(default_factory=list)  # frameless roots' smallest cases rerun (discover.reframe)
+    racecheck_workers: int | None = None               # --racecheck-workers (None: the tool's own choice)
 
     @property
     def defects(self) -> list[Root]:
@@ -69,7 +70,7 @@ class DiscoverResult:
                 "roots": [r.to_dict() for r in self.defects], "warnings": [r.to_dict() for r in self.warnings],
                 "processes": list(self.processes), "program": self.program, "numeric_runs": list(self.numeric_runs),
                 "routing": dict(self.routing), "backtrace": self.backtrace, "frames": list(self.frames),
-                "relative": dict(self.relative),
+                "racecheck_workers": self.racecheck_workers, "relative": dict(self.relative),
                 "source_lines": dict(self.source_lines), "cases": [r.to_dict() for r in self.records]}
 
 
@@ -104,6 +105,12 @@ def from_document(doc: Mapping[str, Any], entries: Sequence[Any] = ()) -> Discov
                             kvdiag_version=str(doc.get("kvdiag_version") or ""), registry=doc.get("registry"),
                             program=doc.get("program"), numeric_runs=list(doc.get("numeric_runs") or ()),
                             routing=dict(doc.get("routing") or {}), backtrace=str(doc.get("backtrace") or "device"),
-                            frames=[dict(row) for row in doc.get("frames") or () if isinstance(row, Mapping)])
+                            frames=[dict(row) for row in doc.get("frames") or () if isinstance(row, Mapping)],
+                            racecheck_workers=_count_or_none(doc.get("racecheck_workers")))
     result.roots = build_roots(records, relative, source_lines, entries, result.frames)
     return result
+
+
+def _count_or_none(value: Any) -> int | None:
+    """A saved count, or None where the document has none (older documents) or a value that is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

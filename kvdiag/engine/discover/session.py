@@ -59,7 +59,7 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
                  case_budget_s: float = CASE_BUDGET_S, batch: int = 0, shard: Shard | None = None,
                  sanitizer: Path | None = None, devices: str | None = None, registry: str | None = None,
                  program: str = "auto", route: bool = True, backtrace: str = "auto",
-                 progress: Progress | None = None) -> DiscoverResult:
+                 racecheck_workers: int | None = None, progress: Progress | None = None) -> DiscoverResult:
     """Discover every root under ``tools`` (default: the trusted ones) over the suite's cases."""
     progress = progress or Progress()
     home = kvdiag_home()
@@ -72,7 +72,7 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
         result = _discover(run_dir, build_dir, home=home, entries=entries, tools=tools, ops=ops, params=params,
                            jobs=jobs, case_budget_s=case_budget_s, batch=batch, shard=shard, sanitizer=sanitizer,
                            devices=devices, registry=registry, program=program, route=route, backtrace=backtrace,
-                           progress=progress)
+                           racecheck_workers=racecheck_workers, progress=progress)
         record = RunRecord(entry=None, status="interrupted" if result.interrupted else "finished", kind="discover",
                            fields={"totals": result.to_dict()["totals"], "roots": len(result.defects),
                                    "new_roots": len(result.new_roots), "file": DISCOVER_FILE})
@@ -90,7 +90,8 @@ def run_discover(build_dir: Path, *, entries: Sequence[Any] = (), tools: Sequenc
 
 
 def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, params, jobs, case_budget_s, batch,
-              shard, sanitizer, devices, registry, program, route, backtrace, progress: Progress) -> DiscoverResult:
+              shard, sanitizer, devices, registry, program, route, backtrace, racecheck_workers,
+              progress: Progress) -> DiscoverResult:
     target = prepare_target(build_dir, log_dir=run_dir.logs, sanitizer=sanitizer, check_staleness=False, home=home)
     binary = target.build.binary("test-backend-ops") if target.build is not None else None
     missing = _missing(target, binary)
@@ -117,7 +118,8 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
     progress.say(f"discover: {routing.why}")
     runner = Runner(binary=chosen_program.path, sanitizer=target.sanitizer, log_dir=run_dir.logs,
                     case_budget_s=case_budget_s, memory_bytes=memory, cancel=cancel, mode=chosen_program.mode,
-                    listed=frozenset({routing.source}) if routing.active else frozenset(), backtrace=backtrace)
+                    listed=frozenset({routing.source}) if routing.active else frozenset(), backtrace=backtrace,
+                    racecheck_workers=racecheck_workers)
     all_workers = workers * max(1, len(chosen))
     units = plan_units(space, [t for t in chosen_tools if t not in routing.routed] if routing.active else chosen_tools,
                        all_workers, batch)
@@ -131,7 +133,7 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
                             case_budget_s=case_budget_s, started_at=utc_now(), target=target.to_dict(),
                             run_dir=run_dir.path, shard=shard.text if shard else None, kvdiag_version=__version__,
                             registry=registry, program=chosen_program.to_dict(), routing=routing.to_dict(),
-                            backtrace=backtrace)
+                            backtrace=backtrace, racecheck_workers=racecheck_workers)
     progress.say(f"discover: {space.cases} case(s) of {len(space.supported)} op(s) under "
                  f"{', '.join(chosen_tools)}: {len(units)} process(es) to start, {workers} at a time"
                  + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else ""))
