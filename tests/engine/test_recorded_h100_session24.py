@@ -164,7 +164,7 @@ def test_d20_does_not_confirm_the_other_gather_in_the_same_file(tmp_path):
     assert attempt.verdict is Verdict.INCONCLUSIVE and "getrows.cu:99" in attempt.reason
 
 
-def test_d20_names_the_cublas_root_and_no_other():
+def test_d20_names_the_gather_root_and_only_d21_names_another_cublas_root():
     from kvdiag.engine.discover.matching import match_roots
     from kvdiag.engine.discover.result import from_document
 
@@ -172,7 +172,8 @@ def test_d20_names_the_cublas_root_and_no_other():
     match_roots(roots, load_registry(REGISTRY).entries)
     known = {root.key.site: root.known for root in roots}
     assert {site: entry for site, entry in known.items() if entry} == {
-        "src/ggml-cuda/fattn-mma-f16.cuh:1357": "D19", "src/ggml-cuda/getrows.cu:127": "D20"}
+        "src/ggml-cuda/fattn-mma-f16.cuh:1357": "D19", "src/ggml-cuda/getrows.cu:127": "D20",
+        "src/ggml-cuda/convert.cu:437": "D21"}                      # D21 since session 25
     assert known["src/ggml-cuda/getrows.cu:99"] is None             # GET_ROWS' own gather kernel, another root
 
 

@@ -33,17 +33,24 @@ BEFORE_D18 = ["D18.md: location.sites[2]"]
 # before the gather D20 names (k_get_rows_float_vec, llama.cpp 305ba519a, 2026-07-21): MUL_MAT_ID gathered with
 # k_get_rows_float, so the kernel and its line are absent from every release here
 BEFORE_D20 = ["D20.md: location.functions[0]", "D20.md: location.sites[0]"]
+# before llama.cpp 74976e1ae (2026-07-06, "refactor cuBLAS"): the batched GEMM that D21's conversion reads was
+# written by ggml_cuda_mul_mat_batched_cublas_impl, so the entry's caller ggml_cuda_mul_mat_cublas_impl is absent;
+# the conversion and its line are there (D21_LINES)
+BEFORE_D21 = ["D21.md: location.functions[1]"]
 
 # tag -> (D2's barrier, D1's abort site or None when its launcher is not in the tree, the mismatches)
 TREES = {
     "b6225": (1108, None, ["D1.md: location.files[1]", "D1.md: location.functions[1]", "D1.md: location.sites[0]",
                            # before D14's and D16's code existed (cpy_scalar_transpose 2025-11, block_reduce 2026-01)
                            "D14.md: location.functions[0]", "D14.md: location.sites[0]", "D14.md: location.sites[1]",
-                           "D16.md: location.functions[0]", "D16.md: location.sites[0]"] + BEFORE_D18 + BEFORE_D20),
-    "b8124": (1326, 268, PAST_D17 + BEFORE_D18 + BEFORE_D20),
-    "b9084": (1400, 311, PAST_D17 + BEFORE_D18 + BEFORE_D20),
-    "b9156": (1405, 327, PAST_D17 + BEFORE_D20),
+                           "D16.md: location.functions[0]", "D16.md: location.sites[0]"] + BEFORE_D18 + BEFORE_D20
+                          + BEFORE_D21),
+    "b8124": (1326, 268, PAST_D17 + BEFORE_D18 + BEFORE_D20 + BEFORE_D21),
+    "b9084": (1400, 311, PAST_D17 + BEFORE_D18 + BEFORE_D20 + BEFORE_D21),
+    "b9156": (1405, 327, PAST_D17 + BEFORE_D20 + BEFORE_D21),
 }
+# tag -> D21's read (convert_unary's `y[iy] = ggml_cuda_cast<dst_t>(x[ix]);`), read in the real convert.cu
+D21_LINES = {"b6225": 631, "b8124": 642, "b9084": 680, "b9156": 680}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +80,7 @@ def test_every_fact_states_on_the_stand_in_what_verify_said_on_the_real_tree(tag
     reports = verify_entries(registry.entries, tree)
     assert _said(reports) == recorded["verify"]
     assert {r.entry_id for r in reports if r.other_tree} == OTHER_TREES
-    assert sum(r.checked for r in reports) == 86
+    assert sum(r.checked for r in reports) == 94
 
 
 @pytest.mark.parametrize("tag", sorted(TREES))
@@ -119,6 +126,16 @@ def test_the_races_found_by_discover_are_placed_by_their_context(tag, tmp_path, 
     assert placed == NEW_SITES[tag]
 
 
+@pytest.mark.parametrize("tag", sorted(D21_LINES))
+def test_d21s_conversion_is_in_every_release_and_its_caller_under_the_older_name(tag, tmp_path, registry):
+    _, tree = _tree(tag, tmp_path)
+    (report,) = [r for r in verify_entries(registry.entries, tree) if r.entry_id == "D21"]
+    (site,) = report.sites
+    assert (site.placement.state, site.placement.at) == ("found", f"ggml/src/ggml-cuda/convert.cu:{D21_LINES[tag]}")
+    assert report.states["location.functions[0]"] == "found"
+    assert report.states["location.functions[1]"] == "absent"
+
+
 def test_verify_names_the_older_releases_barrier_exactly_and_never_the_nearest_lines(tmp_path, capsys):
     """The issue: on this tree verify said `now at line 1425, 1457, 1521`, the three barriers nearest
     1538; 1425 is the balancing barrier, and `kvdiag run D2` confirmed a fourth line."""
@@ -159,7 +176,7 @@ def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_co
     reports = verify_entries(registry.entries, tree)
     assert _said(reports) == recorded["verify"]
     assert (sum(r.checked for r in reports), [f"{m.file}: {m.key}" for r in reports for m in r.mismatches]) == \
-        (108, PAST_D17 + PAST_D19_IN_THE_FORK)
+        (116, PAST_D17 + PAST_D19_IN_THE_FORK)
     placed = {(r.entry_id, s.key): (s.placement.at, s.placement.recorded) for r in reports for s in r.sites}
     assert placed == {
         ("D1", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn.cu:380", 380),
@@ -184,4 +201,6 @@ def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_co
         ("D19", "location.sites[0]"): (None, None),
         # the fork has the vectorized gather (305ba519a) at the line recorded for ggml d99724f2, not for this commit
         ("D20", "location.sites[0]"): ("ggml/src/ggml-cuda/getrows.cu:127", None),
+        # the conversion, after the cuBLAS refactor (74976e1ae) as in ggml d99724f2, at a line of its own
+        ("D21", "location.sites[0]"): ("ggml/src/ggml-cuda/convert.cu:486", None),
     }
