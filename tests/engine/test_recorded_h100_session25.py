@@ -222,6 +222,8 @@ def test_top_k_under_racecheck_started_last_and_set_the_wall():
     top_k = [p for p in doc["processes"] if p["op"] == "TOP_K" and p["tool"] == "racecheck"]
     order = [int(p["process"].split("-")[1]) for p in doc["processes"]]
     assert len(top_k) == 10 and min(int(p["process"].split("-")[1]) for p in top_k) >= sorted(order)[-30]
+    listing = [int(p["process"].split("-")[1]) for p in doc["processes"] if p["op"] == "TOP_K" and p["tool"] == "synccheck"]
+    assert (min(listing), max(listing)) == (447, 468)        # synccheck lists them, heaviest by elements first
     stopped = [p for p in top_k if "interrupted" in (p["why"] or "")]
     assert len(stopped) == 8 and min(p["wall_s"] for p in stopped) > 275
     cases = Counter(c["state"] for c in doc["cases"] if c["op"] == "TOP_K" and c["tool"] == "racecheck")
