@@ -96,8 +96,14 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def merged_racecheck_workers(parts: Sequence[Mapping[str, Any]]) -> int | None:
     """The shards' --racecheck-workers when they all ran one, else None: a setting of speed, not of what
     the tool finds, so shards that differ in it merge like any others."""
-    values = {p.get("racecheck_workers") for p in parts}
+    values = {saved_count(p.get("racecheck_workers")) for p in parts}
     return values.pop() if len(values) == 1 else None
+
+
+def saved_count(value: Any) -> int | None:
+    """A saved count as it is, anything else (absent in an older document, a string, a list from a damaged
+    file) as None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def merged_routing(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -434,4 +434,5 @@ def test_merged_shards_keep_racecheck_workers_only_when_they_agree():
 
     assert merged_racecheck_workers([{"racecheck_workers": 1}, {"racecheck_workers": 1}]) == 1
     assert merged_racecheck_workers([{"racecheck_workers": 1}, {}]) is None
+    assert merged_racecheck_workers([{"racecheck_workers": [1]}, {"racecheck_workers": [1]}]) is None   # damaged
 

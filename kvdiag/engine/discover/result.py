@@ -15,6 +15,7 @@ from kvdiag.engine.discover.cases import CaseRecord, totals
 from kvdiag.engine.discover.matching import match_roots
 from kvdiag.engine.discover.reframe import apply_frames
 from kvdiag.engine.discover.roots import Root, group_roots
+from kvdiag.store.discoveries import saved_count
 
 KIND = "discover"
 FORMAT_VERSION = 1
@@ -106,11 +107,7 @@ def from_document(doc: Mapping[str, Any], entries: Sequence[Any] = ()) -> Discov
                             program=doc.get("program"), numeric_runs=list(doc.get("numeric_runs") or ()),
                             routing=dict(doc.get("routing") or {}), backtrace=str(doc.get("backtrace") or "device"),
                             frames=[dict(row) for row in doc.get("frames") or () if isinstance(row, Mapping)],
-                            racecheck_workers=_count_or_none(doc.get("racecheck_workers")))
+                            racecheck_workers=saved_count(doc.get("racecheck_workers")))
     result.roots = build_roots(records, relative, source_lines, entries, result.frames)
     return result
 
-
-def _count_or_none(value: Any) -> int | None:
-    """A saved count, or None where the document has none (older documents) or a value that is not one."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
