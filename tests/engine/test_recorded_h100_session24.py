@@ -109,11 +109,16 @@ def gemm_outputs() -> list[int]:
     return [int(a, 16) for a in re.findall(r"\[Api\]\[cublasLtTSSMatmul\] .* D=0X([0-9A-F]+) ", text)]
 
 
+def assert_every_read_at(text: str, site: str, count: int, size: int) -> None:
+    """An initcheck log whose every record is an uninitialized read of ``size`` bytes at ``site``."""
+    report = parse_sanitizer(text, "initcheck")
+    assert report.error_count == count
+    assert [(site_label(s), s.count) for s in report.sites] == [(site, count)]
+    assert all(f"read of size {size} bytes" in f.message for f in report.findings)
+
+
 def test_every_uninitialized_read_is_at_the_gather_of_the_expert_outputs():
-    report = parse_sanitizer(mmid_log(), "initcheck")
-    assert report.error_count == 131072
-    assert [(site_label(s), s.count) for s in report.sites] == [("getrows.cu:127", 131072)]
-    assert all("read of size 16 bytes" in f.message for f in report.findings)
+    assert_every_read_at(mmid_log(), "getrows.cu:127", 131072, 16)
 
 
 def test_the_reads_cover_the_sixteen_gemm_outputs_of_the_same_process_each_byte_once():

@@ -21,7 +21,6 @@ import pytest
 
 from kvdiag.engine.discover.matching import match_roots
 from kvdiag.engine.discover.result import from_document
-from kvdiag.parse.sanitizer import parse_sanitizer, site_label
 from kvdiag.parse.text import strip_ansi
 from kvdiag.records.verdict import Verdict
 from kvdiag.registry.loader import load_registry
@@ -29,6 +28,7 @@ from kvdiag.registry.loader import load_registry
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_recorded_h100_session18_discover import read_gz, recorded, rejudge  # noqa: E402
 from test_recorded_h100_session21 import judged_log, recorded_attempt  # noqa: E402
+from test_recorded_h100_session24 import assert_every_read_at  # noqa: E402
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
 FIXTURE = DEVICE / "h100-session25"
@@ -90,10 +90,7 @@ def gemm_output() -> tuple[int, int]:
 
 
 def test_every_uninitialized_read_is_at_the_conversion_of_the_gemm_output():
-    report = parse_sanitizer(mm_log(), "initcheck")
-    assert report.error_count == 768
-    assert [(site_label(s), s.count) for s in report.sites] == [("convert.cu:437", 768)]
-    assert all("read of size 2 bytes" in f.message for f in report.findings)
+    assert_every_read_at(mm_log(), "convert.cu:437", 768, 2)
 
 
 def test_the_reads_cover_the_batched_gemm_output_of_the_same_process_each_half_once():
