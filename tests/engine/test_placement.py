@@ -136,17 +136,26 @@ def test_a_llama_cpp_tree_carrying_ggml_files_is_not_judged_by_llama_cpp_ranges(
     assert (carried.status, carried.placement) == ("affected", "index")
 
 
-def test_a_changed_file_is_placed_only_by_the_version_stamp(shipped, tmp_path):
+def test_a_changed_file_is_placed_only_by_the_version_stamp_for_the_entries_that_do_not_name_it(shipped, tmp_path):
+    """The stamp dates the tree's ggml; a file that matches no version of it holds the tree's own change,
+    which may be the fix (the BeeLlama fork's tarball: its stamp put it among ggml's affected commits,
+    yet its own change to fattn-mma-f16.cuh had bounded D19's read; device session 26)."""
     repo, c = shipped
     tree = repo.exported(tmp_path / "at-G", c["G"])
     (tree / FATTN).write_text("v3 with a local change\n")
-    evidence = judged(tree, entry(c), tmp_path)
     assert read_version_stamp(tree).ggml == "0.2.0"
+    own = judged(tree, entry(c), tmp_path)
+    assert (own.status, own.placement) == ("unknown", "unplaced")
+    assert "stamp: the entry's own file does not fit: src/ggml-cuda/fattn.cu (" in own.placed
+    other = entry(c)
+    other = Entry(**{**other.__dict__, "location": {"files": ["src/ggml.c"]}})
+    evidence = judged(tree, other, tmp_path)
     assert (evidence.status, evidence.placement) == ("fixed", "stamp")
     assert "version stamp GGML_VERSION 0.2.0 (CMakeLists.txt)" in evidence.placed
     old = repo.exported(tmp_path / "at-C", c["C"])
     (old / FATTN).write_text("v2 changed\n")
-    spanning = judged(old, entry(c), tmp_path)
+    assert judged(old, entry(c), tmp_path).status == "unknown"
+    spanning = judged(old, other, tmp_path)       # 0.1.0 ran from A to F: the range differs across them
     assert spanning.status == "unknown" and "the range differs across them" in spanning.detail
 
 

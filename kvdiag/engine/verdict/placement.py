@@ -179,8 +179,12 @@ def _by_stamp(timeline: Timeline, source: Path, blobs: Mapping[str, str], why: l
     words = (f"version stamp {stamp.describe()}: {_between(timeline, first, last)}"
              + (", or later" if open_end else ""))
     repos = Identity({timeline.repo: f"version stamp ({timeline.source})"})
+    # A stamp dates the tree's ggml, not each file: a file that matches no version of it in ggml's
+    # history holds a change of the tree's own (a fork's fix, llama.cpp ahead of a sync), and the
+    # stamp cannot speak for an entry whose own file that is (placed_evidence then says so).
+    _, unfit = timeline.fit(blobs)
     return Placement("stamp", repos, _ends(timeline, spans), words, lambda c: LineHistory(timeline, c),
-                     blobs=dict(blobs), is_repo=not vendored and timeline.repo == GGML)
+                     blobs=dict(blobs), unfit=unfit, is_repo=not vendored and timeline.repo == GGML)
 
 
 def _ends(timeline: Timeline, spans: list[Span]) -> tuple[str, ...]:
