@@ -27,6 +27,7 @@ from kvdiag.registry.loader import load_registry
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_recorded_h100_session18_discover import read_gz, recorded  # noqa: E402
 from test_recorded_h100_session21 import judged_log, recorded_attempt, rejudge_unlisted  # noqa: E402
+from sampled_load import busy_cores, gpu_samples  # noqa: E402
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
 FIXTURE = DEVICE / "h100-session24"
@@ -200,13 +201,9 @@ def test_the_whole_suite_under_memcheck_and_initcheck_was_judged_to_the_end_in_4
 
 
 def test_sixteen_processes_held_under_8_gib_of_the_gpu_and_left_cores_idle():
-    gpu = [line.replace(",", " ").split() for line in read_gz(FIXTURE / "gpu.csv.gz").splitlines()]
-    used, busy_gpu = [int(row[1]) for row in gpu], [int(row[2]) for row in gpu]
+    used, busy_gpu = gpu_samples(FIXTURE)
     assert max(used) == 7388 and 21 < sum(busy_gpu) / len(busy_gpu) < 22.5
-    rows = [line.split() for line in read_gz(FIXTURE / "cpu.log.gz").splitlines()]
-    first, last = [int(v) for v in rows[0][2:]], [int(v) for v in rows[-1][2:]]
-    idle = (last[3] + last[4]) - (first[3] + first[4])
-    assert 10.8 < 16 * (1 - idle / (sum(last) - sum(first))) < 11.2
+    assert 10.8 < busy_cores(FIXTURE) < 11.2
 
 
 def test_the_same_seven_roots_as_session_21_now_d19_among_them():

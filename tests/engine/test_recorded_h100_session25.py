@@ -28,6 +28,7 @@ from kvdiag.registry.loader import load_registry
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_recorded_h100_session18_discover import read_gz, recorded, rejudge  # noqa: E402
 from test_recorded_h100_session21 import judged_log, recorded_attempt  # noqa: E402
+from sampled_load import busy_cores, gpu_samples  # noqa: E402
 from test_recorded_h100_session24 import assert_every_read_at  # noqa: E402
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
@@ -228,15 +229,10 @@ def test_top_k_under_racecheck_started_last_and_set_the_wall():
 
 
 def test_the_host_was_busier_than_the_gpu_was_idle():
-    rows = [line.split() for line in read_gz(FIXTURE / "cpu.log.gz").splitlines()]
     start, end = 1796635857, 1796636896
-    chosen = [r for r in rows if start <= int(r[0]) <= end]
-    first, last = [int(v) for v in chosen[0][2:]], [int(v) for v in chosen[-1][2:]]
-    idle = (last[3] + last[4]) - (first[3] + first[4])
-    assert 13.3 < 16 * (1 - idle / (sum(last) - sum(first))) < 13.7
-    gpu = [line.replace(",", " ").split() for line in read_gz(FIXTURE / "gpu.csv.gz").splitlines()]
-    busy = [int(r[2]) for r in gpu if start <= int(r[0]) <= end]
-    assert 93 < sum(busy) / len(busy) < 94 and max(int(r[1]) for r in gpu) < 7000
+    assert 13.3 < busy_cores(FIXTURE, start, end) < 13.7
+    _, busy = gpu_samples(FIXTURE, start, end)
+    assert 93 < sum(busy) / len(busy) < 94 and max(gpu_samples(FIXTURE)[0]) < 7000
 
 
 def test_the_roots_are_d2_and_d18_and_the_warnings_session_20s_nine_and_one_more():

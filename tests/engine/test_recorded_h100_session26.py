@@ -27,6 +27,7 @@ from kvdiag.registry.loader import load_registry
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_recorded_h100_session18_discover import read_gz, recorded  # noqa: E402
 from test_recorded_h100_session21 import recorded_attempt  # noqa: E402
+from sampled_load import busy_cores, gpu_samples  # noqa: E402
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
 FIXTURE = DEVICE / "h100-session26"
@@ -183,10 +184,6 @@ def test_racecheck_on_flash_attention_and_the_unsanitized_case_scale_little_more
 
 
 def test_the_fork_discovery_kept_sixteen_processes_under_7_gib_and_its_host_and_gpu_partly_idle():
-    gpu = [line.replace(",", " ").split() for line in read_gz(FIXTURE / "gpu.csv.gz").splitlines()]
-    used, busy_gpu = [int(row[1]) for row in gpu], [int(row[2]) for row in gpu]
+    used, busy_gpu = gpu_samples(FIXTURE)
     assert max(used) == 7114 and 27 < sum(busy_gpu) / len(busy_gpu) < 27.6
-    rows = [line.split() for line in read_gz(FIXTURE / "cpu.log.gz").splitlines()]
-    first, last = [int(v) for v in rows[0][2:]], [int(v) for v in rows[-1][2:]]
-    idle = (last[3] + last[4]) - (first[3] + first[4])
-    assert 11.1 < 16 * (1 - idle / (sum(last) - sum(first))) < 11.4
+    assert 11.1 < busy_cores(FIXTURE) < 11.4
