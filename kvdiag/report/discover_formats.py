@@ -17,6 +17,7 @@ from tabulate import tabulate
 
 from kvdiag.engine.discover.cases import CUT, totals
 from kvdiag.engine.discover.frames import MIXED_BACKTRACE, frameless_tools
+from kvdiag.engine.discover.occupancy import Occupancy
 from kvdiag.engine.discover.reframe import FRAMES, LAUNCHES
 from kvdiag.engine.discover.result import DiscoverResult
 from kvdiag.engine.discover.roots import Root
@@ -143,6 +144,9 @@ def render_text(result: DiscoverResult) -> str:
     spent = time_line(result)
     if spent:
         out.append(spent)
+    ran = Occupancy.from_dict(result.occupancy)
+    if ran is not None:
+        out.append(ran.describe())
     routed = routing_line(result)
     if routed:
         out.append(routed)

@@ -86,6 +86,7 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "routing": merged_routing(parts),
             "backtrace": merged_backtrace(parts),
             "racecheck_workers": merged_racecheck_workers(parts),
+            "occupancy": None,          # each shard's processes ran on its own machine and clock
             "relative": {k: v for p in parts for k, v in (p.get("relative") or {}).items()},
             "source_lines": {k: v for p in parts for k, v in (p.get("source_lines") or {}).items()},
             "cases": [c for p in parts for c in p["cases"]],

@@ -28,6 +28,7 @@ from kvdiag.cli import main
 from kvdiag.controls.gate import Gate
 from kvdiag.engine.discover import session as discover_session
 from kvdiag.engine.discover.result import from_document
+from kvdiag.report.discover_formats import render
 from kvdiag.registry.lint import lint_raw
 from kvdiag.registry.loader import load_registry
 from kvdiag.registry.raw import FRONT_MATTER, RawEntry
@@ -141,6 +142,17 @@ def test_every_case_of_every_trusted_tool_is_judged_or_cut_with_why(discovered):
     assert all("over its budget" in c["why"] for c in cut)
 
 
+def test_each_process_row_says_when_it_ran_and_the_run_how_many_ran_at_once(discovered):
+    doc = discovered.doc
+    for row in doc["processes"]:
+        assert row["ended_unix"] >= row["started_unix"] > 1.7e9
+    ran = doc["occupancy"]
+    assert ran["pool"] == 2 and 1 <= ran["most"] <= 2
+    assert 0 <= ran["tail_s"] <= ran["span_s"] <= doc["wall_s"] + 1
+    text = render(from_document(doc), "text")
+    assert "processes at once: at most " in text and "of the pool's 2" in text
+
+
 def test_findings_group_into_one_root_per_site_and_function(discovered):
     roots = roots_by_site(discovered.doc)
     cpy = roots["src/ggml-cuda/cpy.cu:57"]
@@ -235,8 +247,6 @@ def test_the_saved_document_rebuilds_the_same_roots(discovered):
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "sarif", "html", "json"])
 def test_every_format_shows_the_roots(discovered, fmt):
-    from kvdiag.report.discover_formats import render
-
     shown = render(from_document(discovered.doc), fmt)
     assert ("src/ggml-cuda/cpy.cu" if fmt == "sarif" else "cpy.cu:57") in shown
     if fmt in ("sarif", "json"):
@@ -338,6 +348,7 @@ def test_shards_merge_into_the_roots_of_the_whole_discovery(tmp_path, monkeypatc
     assert sorted((c["tool"], c["op"], c["params"], c["state"]) for c in doc["cases"]) == sorted(
         (c["tool"], c["op"], c["params"], c["state"]) for c in whole["cases"])
     assert [(r["site"], r["cases"]) for r in doc["roots"]] == [(r["site"], r["cases"]) for r in whole["roots"]]
+    assert doc["occupancy"] is None and all("started_unix" in row for row in doc["processes"])
     assert main(["merge", str(parts[0]), "-o", str(tmp_path / "half.json")]) == 64   # shard 2/2 missing
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kvdiag.engine.verdict.devices import device_key, visible_value
+from kvdiag.engine.discover.occupancy import ENDED, STARTED
 from kvdiag.engine.discover.cases import ABORTED, CLEAN, CUT, FINDINGS, NOT_SUPPORTED, CaseRecord
 from kvdiag.engine.discover.findings import CaseFinding, from_abort, from_sanitizer
 from kvdiag.engine.discover.frames import shows_backtrace
@@ -131,7 +132,16 @@ def halves(unit: Unit, cases: Sequence[str]) -> list[Unit]:
 
 
 def run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> UnitOutcome:
-    """Run ``unit`` in one process and judge each of its cases from its share (see the module)."""
+    """Run ``unit`` in one process and judge each of its cases from its share (see the module); its row
+    says when it started and ended (engine.discover.occupancy: how many ran at once)."""
+    started = time.time()
+    outcome = _run_unit(unit, runner, name=name, device=device)
+    if outcome.row:
+        outcome.row.update({STARTED: round(started, 2), ENDED: round(time.time(), 2)})
+    return outcome
+
+
+def _run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> UnitOutcome:
     env = {"CUDA_VISIBLE_DEVICES": visible_value(device)} if device is not None else {}
     if runner.lists(unit):
         env["KVDIAG_PRINT_LAUNCHES"] = "1"

@@ -48,6 +48,7 @@ class DiscoverResult:
     backtrace: str = "auto"                            # --backtrace: per tool (auto), device or no (discover.batch)
     frames: list[dict[str, Any]] = field(default_factory=list)  # frameless roots' smallest cases rerun (discover.reframe)
     racecheck_workers: int | None = None               # --racecheck-workers (None: the tool's own choice)
+    occupancy: dict[str, Any] | None = None            # processes at once over the run (discover.occupancy)
 
     @property
     def defects(self) -> list[Root]:
@@ -71,7 +72,8 @@ class DiscoverResult:
                 "roots": [r.to_dict() for r in self.defects], "warnings": [r.to_dict() for r in self.warnings],
                 "processes": list(self.processes), "program": self.program, "numeric_runs": list(self.numeric_runs),
                 "routing": dict(self.routing), "backtrace": self.backtrace, "frames": list(self.frames),
-                "racecheck_workers": self.racecheck_workers, "relative": dict(self.relative),
+                "racecheck_workers": self.racecheck_workers, "occupancy": self.occupancy,
+                "relative": dict(self.relative),
                 "source_lines": dict(self.source_lines), "cases": [r.to_dict() for r in self.records]}
 
 
@@ -107,7 +109,8 @@ def from_document(doc: Mapping[str, Any], entries: Sequence[Any] = ()) -> Discov
                             program=doc.get("program"), numeric_runs=list(doc.get("numeric_runs") or ()),
                             routing=dict(doc.get("routing") or {}), backtrace=str(doc.get("backtrace") or "device"),
                             frames=[dict(row) for row in doc.get("frames") or () if isinstance(row, Mapping)],
-                            racecheck_workers=saved_count(doc.get("racecheck_workers")))
+                            racecheck_workers=saved_count(doc.get("racecheck_workers")),
+                            occupancy=doc.get("occupancy") if isinstance(doc.get("occupancy"), Mapping) else None)
     result.roots = build_roots(records, relative, source_lines, entries, result.frames)
     return result
 

@@ -25,6 +25,7 @@ from kvdiag.engine.scan.dispatch import dispatch
 from kvdiag.engine.discover.batch import ROUTE, Runner, Unit, UnitOutcome, run_unit
 from kvdiag.engine.discover.cases import CUT, CaseRecord
 from kvdiag.engine.discover.numeric import run_numeric
+from kvdiag.engine.discover.occupancy import occupancy
 from kvdiag.engine.discover.findings import case_elements
 from kvdiag.engine.discover.frames import frameless_tools
 from kvdiag.engine.discover.program import choose_program
@@ -142,6 +143,8 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
                                    progress=progress, total=space.cases * len(chosen_tools), router=router)
     if router is not None:
         result.routing.update(router.counts)
+    ran = occupancy(result.processes, all_workers)
+    result.occupancy = ran.to_dict() if ran is not None else None
     if not result.interrupted:
         result.records, result.numeric_runs = run_numeric(
             result.records, binary=binary, log_dir=run_dir.logs, budget_s=case_budget_s, workers=workers,
