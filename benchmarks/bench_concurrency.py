@@ -18,6 +18,12 @@ without MPS). This starts the same command 1, then N copies at once, and for eac
 If the single copy's ``cores_busy`` times N exceeds the host's cores, the host binds; if the
 speedup stays low while cores are idle, something shared on the GPU does. The counts run one
 after the other, never two at once. Compare only numbers from one run (docs/performance.md).
+
+``--arms contexts,mps`` runs the counts twice: as separate CUDA contexts (the default), then with an
+MPS control daemon of this run only, which lets kernels of several processes run on the GPU at once.
+The daemon gets its own pipe and log folders (the copies find it through ``CUDA_MPS_PIPE_DIRECTORY``),
+so no other process on the machine uses it, and it is told to quit when the arm ends, whatever
+happened; no setting of the GPU is changed. A daemon that does not start is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SAMPLE_S = 0.5
+ARMS = ("contexts", "mps")
+MPS_CONTROL = "nvidia-cuda-mps-control"
+MPS_TIMEOUT_S = 30.0
 
 
 def parse_copies(text: str) -> list[int]:
@@ -115,7 +124,8 @@ class Sampler:
                 "gpu_mem_mib": max((m for _, m in self.gpu), default=None), "gpu_samples": len(self.gpu)}
 
 
-def run_copies(argv: list[str], copies: int, cap: float, logs: Path, gpu_index: int = 0) -> dict:
+def run_copies(argv: list[str], copies: int, cap: float, logs: Path, gpu_index: int = 0,
+               env: dict[str, str] | None = None, arm: str = "contexts") -> dict:
     """``copies`` of ``argv`` at once, each in its own session with its own log; at ``cap`` every
     copy still running is killed with its whole group. CPU time is that of the processes waited
     for (a killed copy's grandchildren are not)."""
@@ -124,9 +134,9 @@ def run_copies(argv: list[str], copies: int, cap: float, logs: Path, gpu_index: 
     procs = []
     with Sampler(gpu_index) as sampler:
         for i in range(copies):
-            with (logs / f"copy-{copies}-{i:02d}.log").open("wb") as out:
+            with (logs / f"{arm}-copy-{copies}-{i:02d}.log").open("wb") as out:
                 procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                              start_new_session=True))
+                                              start_new_session=True, env={**os.environ, **(env or {})}))
         cut = 0
         for proc in procs:
             try:
@@ -141,6 +151,68 @@ def run_copies(argv: list[str], copies: int, cap: float, logs: Path, gpu_index: 
     return {"copies": copies, "wall_s": round(wall, 2), "cut": cut,
             "returncodes": sorted({p.returncode for p in procs}), "cpu_s": round(cpu, 1),
             "cpu_s_per_copy": round(cpu / copies, 1), **sampler.summary()}
+
+
+class MpsUnavailable(Exception):
+    """The MPS control daemon could not be started here."""
+
+
+class MpsDaemon:
+    """An MPS control daemon of this run only, started before an arm's copies and told to quit after
+    them: its pipe and log folders are its own, and its record says how it started and ended."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.env = {"CUDA_MPS_PIPE_DIRECTORY": str(root / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(root / "log")}
+        self.record: dict = {"pipe": self.env["CUDA_MPS_PIPE_DIRECTORY"]}
+
+    def _control(self, args: list[str], text: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([MPS_CONTROL, *args], input=text, capture_output=True, text=True,
+                              env={**os.environ, **self.env}, timeout=MPS_TIMEOUT_S)
+
+    def __enter__(self) -> "MpsDaemon":
+        for folder in ("pipe", "log"):
+            (self.root / folder).mkdir(parents=True, exist_ok=True)
+        try:
+            done = self._control(["-d"])
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise MpsUnavailable(f"{MPS_CONTROL} -d: {exc}") from None
+        self.record["start_rc"] = done.returncode
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).strip().splitlines()
+            raise MpsUnavailable(f"{MPS_CONTROL} -d exited {done.returncode}" + (f": {said[-1]}" if said else ""))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.record["quit_rc"] = self._control([], "quit\n").returncode
+        except (OSError, subprocess.TimeoutExpired) as err:
+            self.record["quit_rc"] = None
+            self.record["quit_error"] = str(err)
+        log = self.root / "log" / "control.log"
+        if log.is_file():
+            self.record["control_log_tail"] = log.read_text(errors="replace").splitlines()[-10:]
+
+
+def run_counts(command: list[str], counts: list[int], cap: float, logs: Path, gpu_index: int, every_count: bool,
+               env: dict[str, str] | None = None, arm: str = "contexts") -> list[dict]:
+    """Each count in turn; after a count was cut, the larger ones are skipped unless ``every_count``."""
+    rows: list[dict] = []
+    cut_at = None
+    for n in counts:
+        if cut_at is not None and not every_count:
+            rows.append({"copies": n, "skipped": f"an earlier count ({cut_at} copies) was cut at the cap"})
+            continue
+        rows.append(run_copies(command, n, cap, logs, gpu_index, env, arm))
+        cut_at = n if rows[-1]["cut"] and cut_at is None else cut_at
+    return with_speedups(rows)
+
+
+def parse_arms(text: str) -> list[str]:
+    arms = [a.strip() for a in text.split(",") if a.strip()]
+    if not arms or any(a not in ARMS for a in arms) or len(set(arms)) != len(arms):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one or both of {', '.join(ARMS)}, e.g. contexts,mps")
+    return arms
 
 
 def with_speedups(rows: list[dict]) -> list[dict]:
@@ -176,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="run every count even after one was cut (by default the larger ones are skipped: they "
                          "would be cut too)")
     ap.add_argument("--gpu-index", type=int, default=0, help="the GPU nvidia-smi samples")
+    ap.add_argument("--arms", type=parse_arms, default=["contexts"],
+                    help="contexts (separate CUDA contexts, the default), mps (with an MPS daemon of this run), or "
+                         "contexts,mps for both, one after the other")
     ap.add_argument("--label", default="", help="a name for this command in the report")
     ap.add_argument("--out", type=Path)
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to copy")
@@ -187,21 +262,36 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which(command[0]) is None and not Path(command[0]).is_file():
         print(f"bench_concurrency: {command[0]}: no such program", file=sys.stderr)
         return 2
+    if "mps" in args.arms and shutil.which(MPS_CONTROL) is None:
+        print(f"bench_concurrency: --arms mps needs {MPS_CONTROL} on PATH (it comes with the NVIDIA driver)",
+              file=sys.stderr)
+        return 2
     logs = Path(tempfile.mkdtemp(prefix="kvdiag-bench-concurrency-"))
-    rows: list[dict] = []
-    cut_at = None
-    for n in args.copies:
-        if cut_at is not None and not args.every_count:
-            rows.append({"copies": n, "skipped": f"an earlier count ({cut_at} copies) was cut at the cap"})
+    arms: dict[str, dict] = {}
+    for arm in args.arms:
+        if arm == "contexts":
+            arms[arm] = {"rows": run_counts(command, args.copies, args.cap, logs, args.gpu_index, args.every_count)}
             continue
-        rows.append(run_copies(command, n, args.cap, logs, args.gpu_index))
-        cut_at = n if rows[-1]["cut"] and cut_at is None else cut_at
-    rows = with_speedups(rows)
-    report = {"label": args.label, "command": command, "cap_s": args.cap, "logs": str(logs), "rows": rows}
+        daemon = MpsDaemon(logs / "mps")
+        try:
+            with daemon:
+                rows = run_counts(command, args.copies, args.cap, logs, args.gpu_index, args.every_count,
+                                  daemon.env, arm)
+        except MpsUnavailable as exc:
+            arms[arm] = {"rows": [], "mps": {**daemon.record, "error": str(exc)}}
+            continue
+        arms[arm] = {"rows": rows, "mps": daemon.record}
+    first = next(iter(arms.values()))
+    report = {"label": args.label, "command": command, "cap_s": args.cap, "logs": str(logs), "rows": first["rows"],
+              "arms": arms}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(table(rows))
-    return 0
+    print("\n\n".join(f"{arm}:\n{table(data['rows'])}" if len(arms) > 1 else table(data["rows"])
+                      for arm, data in arms.items() if data["rows"]))
+    failed = [data["mps"]["error"] for data in arms.values() if "error" in data.get("mps", {})]
+    for error in failed:
+        print(f"bench_concurrency: no MPS arm: {error}", file=sys.stderr)
+    return 2 if failed else 0
 
 
 if __name__ == "__main__":

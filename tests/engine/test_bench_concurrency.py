@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -78,7 +80,51 @@ def test_copies_run_at_once_and_a_count_cut_at_the_cap_kills_its_groups_and_skip
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
+@pytest.fixture
+def fake_mps(tmp_path, monkeypatch):
+    """nvidia-cuda-mps-control on PATH is the scenario program that journals what it was told."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-cuda-mps-control").symlink_to(SCENARIOS / "fake_mps_control.py")
+    journal = tmp_path / "journal.txt"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_MPS_JOURNAL", str(journal))
+    return journal
+
+
+def test_the_mps_arm_starts_a_daemon_of_its_own_that_its_copies_find_and_tells_it_to_quit(tmp_path, fake_mps):
+    out, seen = tmp_path / "m.json", tmp_path / "seen"
+    seen.mkdir()
+    done = run_bench("--arms", "contexts,mps", "--copies", "1,2", "--cap", "20", "--out", str(out), "--",
+                     sys.executable, "-c", "import os, uuid; open(os.path.join(" + repr(str(seen)) + ", uuid.uuid4().hex)"
+                     ", 'w').write(os.environ.get('CUDA_MPS_PIPE_DIRECTORY', 'none'))")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert list(report["arms"]) == ["contexts", "mps"] and report["rows"] == report["arms"]["contexts"]["rows"]
+    pipe = report["arms"]["mps"]["mps"]["pipe"]
+    assert pipe.endswith("/mps/pipe") and report["arms"]["mps"]["mps"]["quit_rc"] == 0
+    assert fake_mps.read_text().splitlines() == [f"started {pipe}", f"quit {pipe}"]
+    found = Counter(p.read_text() for p in seen.iterdir())
+    assert found == {"none": 3, pipe: 3}                 # 1 + 2 copies in each arm; only the mps arm's see it
+    assert "contexts:" in done.stdout and "mps:" in done.stdout
+
+
+def test_a_daemon_that_does_not_start_keeps_the_other_arm_and_exits_2(tmp_path, fake_mps, monkeypatch):
+    monkeypatch.setenv("FAKE_MPS_FAIL", "1")
+    out = tmp_path / "m.json"
+    done = run_bench("--arms", "contexts,mps", "--copies", "1", "--out", str(out), "--", "true")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("bench_concurrency: no MPS arm: nvidia-cuda-mps-control -d exited 1: "
+                                   "An instance of this daemon is already running")
+    report = json.loads(out.read_text())
+    assert report["arms"]["contexts"]["rows"][0]["cut"] == 0 and report["arms"]["mps"]["rows"] == []
+    assert not fake_mps.exists() or "quit" not in fake_mps.read_text()
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     for args in ([], ["--", str(tmp_path / "absent")]):
         done = run_bench(*args)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    done = run_bench("--arms", "mps,mps", "--", "true")          # argparse's usage, then the one line that says why
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith(
+        "'mps,mps': expected one or both of contexts, mps, e.g. contexts,mps")
