@@ -68,3 +68,14 @@ def test_every_ggml_commit_the_registry_names_is_in_the_index():
     timeline = shipped_timeline()
     named = {c for e in load_registry().entries for r in e.ranges if r.repo == GGML for c in r.commits()}
     assert named and [c for c in named if timeline.position(c) is None] == []
+
+
+def test_every_file_the_registry_names_is_tracked_by_the_index():
+    """An entry naming a file the index does not track is placed without it (sessions 24 and 25 named
+    getrows.cu and convert.cu and the index had neither until session 26 regenerated it)."""
+    from kvdiag.engine.verdict.placement import named_files
+
+    tracked = set(shipped_timeline().files)
+    never_in_ggml = {"src/ggml-cuda/fattn-mma-kvarn-case.cuh", "tests/test-kvarn.cpp",   # the BeeLlama fork's own
+                     "tests/test-upstream-merge-keepers-static.py"}
+    assert [f for f in named_files(load_registry().entries) if f not in tracked] == sorted(never_in_ggml)

@@ -170,7 +170,7 @@ def test_d20_does_not_confirm_the_other_gather_in_the_same_file(tmp_path):
     assert attempt.verdict is Verdict.INCONCLUSIVE and "getrows.cu:99" in attempt.reason
 
 
-def test_d20_names_the_gather_root_and_only_d21_names_another_cublas_root():
+def test_d20_names_the_gather_root_and_only_d21_names_another_cublas_root_and_d22_get_rows_own():
     from kvdiag.engine.discover.matching import match_roots
     from kvdiag.engine.discover.result import from_document
 
@@ -179,8 +179,8 @@ def test_d20_names_the_gather_root_and_only_d21_names_another_cublas_root():
     known = {root.key.site: root.known for root in roots}
     assert {site: entry for site, entry in known.items() if entry} == {
         "src/ggml-cuda/fattn-mma-f16.cuh:1357": "D19", "src/ggml-cuda/getrows.cu:127": "D20",
-        "src/ggml-cuda/convert.cu:437": "D21"}                      # D21 since session 25
-    assert known["src/ggml-cuda/getrows.cu:99"] is None             # GET_ROWS' own gather kernel, another root
+        "src/ggml-cuda/convert.cu:437": "D21",                      # D21 since session 25
+        "src/ggml-cuda/getrows.cu:99": "D22"}                        # GET_ROWS' own gather kernel: D22 (session 26)
 
 
 def test_the_mul_mat_case_was_not_run_its_pattern_matched_nothing():

@@ -147,8 +147,8 @@ def test_discovery_now_names_both_cublas_roots_of_session_24():
     roots = from_document(json.loads(read_gz(DEVICE / "h100-session24" / "whole.json.gz"))).roots
     match_roots(roots, load_registry(REGISTRY).entries)
     known = {root.key.site: root.known for root in roots if root.known}
-    assert known == {"src/ggml-cuda/fattn-mma-f16.cuh:1357": "D19", "src/ggml-cuda/getrows.cu:127": "D20",
-                     "src/ggml-cuda/convert.cu:437": "D21"}
+    cublas = ("src/ggml-cuda/getrows.cu:127", "src/ggml-cuda/convert.cu:437")
+    assert {site: known.get(site) for site in cublas} == {cublas[0]: "D20", cublas[1]: "D21"}
 
 
 # ------------------------------------------------------------------ racecheck's host threads

@@ -119,12 +119,18 @@ def test_the_forks_whole_suite_under_memcheck_and_initcheck_was_judged_to_the_en
     assert "KVARN_STORE" in (FIXTURE / "fork-discover.txt").read_text()     # the fork's own ops, listed, no case
 
 
-def test_the_forks_roots_name_d1_and_d21_and_neither_d19_nor_d20():
-    roots = from_document(fork_discovery()).roots
+def test_the_forks_roots_name_d1_d21_and_d22_and_neither_d19_nor_d20():
+    """As the device matched them, D1 and D21; with D22 (written after the run) the test's GET_ROWS root too,
+    leaving the three MMQ loads new."""
+    doc = fork_discovery()
+    assert {r["site"]: r["known"] for r in doc["roots"] if r["known"]} == {
+        "ggml/src/ggml-cuda/fattn.cu:380": "D1", "ggml/src/ggml-cuda/convert.cu:486": "D21"}
+    roots = from_document(doc).roots
     match_roots(roots, load_registry(REGISTRY).entries)
     by_site = {root.key.site: root for root in roots}
     assert {site: r.known for site, r in by_site.items() if r.known} == {
-        "ggml/src/ggml-cuda/fattn.cu:380": "D1", "ggml/src/ggml-cuda/convert.cu:486": "D21"}
+        "ggml/src/ggml-cuda/fattn.cu:380": "D1", "ggml/src/ggml-cuda/convert.cu:486": "D21",
+        "ggml/src/ggml-cuda/getrows.cu:99": "D22"}
     assert set(by_site) == {"ggml/src/ggml-cuda/mmq.cuh:1035", "ggml/src/ggml-cuda/mmq.cuh:1234",
                             "ggml/src/ggml-cuda/mmq.cuh:1456", "ggml/src/ggml-cuda/getrows.cu:99",
                             "ggml/src/ggml-cuda/fattn.cu:380", "ggml/src/ggml-cuda/convert.cu:486"}
@@ -187,3 +193,33 @@ def test_the_fork_discovery_kept_sixteen_processes_under_7_gib_and_its_host_and_
     used, busy_gpu = gpu_samples(FIXTURE)
     assert max(used) == 7114 and 27 < sum(busy_gpu) / len(busy_gpu) < 27.6
     assert 11.1 < busy_cores(FIXTURE) < 11.4
+
+
+# ------------------------------------------------------------------ D22: the GET_ROWS root both trees show
+
+GET_ROWS_LOG = DEVICE / "h100-session24" / "logs" / "whole" / "initcheck-00692.stdout.log.gz"
+
+
+def test_d22_confirms_session_24s_recorded_get_rows_process_quoting_the_gather(tmp_path):
+    from test_recorded_h100_session21 import judged_log
+
+    text = strip_ansi(read_gz(GET_ROWS_LOG))
+    attempt = judged_log(REGISTRY, "D22", text, tmp_path / "d22")
+    assert attempt.verdict is Verdict.CONFIRMED, attempt.reason
+    assert any("getrows.cu:99" in line for line in attempt.evidence.quoted)
+    assert "k_get_rows_float<int, int>" in attempt.evidence.instantiations
+    other = judged_log(REGISTRY, "D20", text, tmp_path / "d20")
+    assert other.verdict is not Verdict.CONFIRMED                    # D20's gather is k_get_rows_float_vec
+
+
+def test_d22s_case_pattern_selects_the_smallest_i32_case_of_ggml_and_of_the_fork():
+    params = load_registry(REGISTRY).get("D22").default_step.vars["params"]
+    fork = {c["params"] for c in fork_discovery()["cases"] if c["op"] == "GET_ROWS"}
+    ggml = {c["params"] for c in json.loads(read_gz(DEVICE / "h100-session24" / "whole.json.gz"))["cases"]
+            if c["op"] == "GET_ROWS"}
+    assert {c for c in fork if re.search(params, c)} == {"type=i32,dst_type=i32,n=256,m=5,r=4,be1=1,be2=1,v=1"}
+    assert {c for c in ggml if re.search(params, c)} == {"type=i32,n=256,m=5,r=4,be1=1,be2=1,v=1"}
+    roots = {r["site"]: r for r in fork_discovery()["roots"]}
+    root = roots["ggml/src/ggml-cuda/getrows.cu:99"]
+    assert root["smallest"]["params"] == "type=i32,dst_type=i32,n=256,m=5,r=4,be1=1,be2=1,v=1"
+    assert (root["cases"], root["errors"]) == (4, 12228)          # as on ggml d99724f2 (session 24)

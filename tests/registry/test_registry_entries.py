@@ -16,7 +16,7 @@ import pytest
 from kvdiag.engine.verdict.planning import render_step, template_context
 from kvdiag.registry.loader import load_registry
 
-IDS = [f"D{n}" for n in range(1, 22)]
+IDS = [f"D{n}" for n in range(1, 23)]
 
 # id -> (default step kind, signature matcher types in order)
 DEFAULT_KIND_AND_SIGNATURE = {
@@ -41,6 +41,7 @@ DEFAULT_KIND_AND_SIGNATURE = {
     "D19": ("backend-ops", ["sanitizer"]),
     "D20": ("backend-ops", ["sanitizer"]),
     "D21": ("backend-ops", ["sanitizer"]),
+    "D22": ("backend-ops", ["sanitizer"]),
 }
 
 BACKEND_OPS_ARGV = ("{{ bin['test-backend-ops'] }}", "test", "-o", "{{ op }}", "-b", "{{ backend }}", "-p", "{{ params }}")
@@ -86,7 +87,7 @@ def concat_case_strings() -> list[str]:
 
 # --------------------------------------------------------------------------- loading
 
-def test_registry_loads_twenty_one_entries_without_problems(registry):
+def test_registry_loads_twenty_two_entries_without_problems(registry):
     assert [str(p) for p in registry.problems] == []
     assert [e.id for e in registry.entries] == IDS
 

@@ -80,7 +80,7 @@ def test_every_fact_states_on_the_stand_in_what_verify_said_on_the_real_tree(tag
     reports = verify_entries(registry.entries, tree)
     assert _said(reports) == recorded["verify"]
     assert {r.entry_id for r in reports if r.other_tree} == OTHER_TREES
-    assert sum(r.checked for r in reports) == 94
+    assert sum(r.checked for r in reports) == 103
 
 
 @pytest.mark.parametrize("tag", sorted(TREES))
@@ -176,7 +176,7 @@ def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_co
     reports = verify_entries(registry.entries, tree)
     assert _said(reports) == recorded["verify"]
     assert (sum(r.checked for r in reports), [f"{m.file}: {m.key}" for r in reports for m in r.mismatches]) == \
-        (116, PAST_D17 + PAST_D19_IN_THE_FORK)
+        (125, PAST_D17 + PAST_D19_IN_THE_FORK)
     placed = {(r.entry_id, s.key): (s.placement.at, s.placement.recorded) for r in reports for s in r.sites}
     assert placed == {
         ("D1", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn.cu:380", 380),
@@ -203,4 +203,7 @@ def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_co
         ("D20", "location.sites[0]"): ("ggml/src/ggml-cuda/getrows.cu:127", None),
         # the conversion, after the cuBLAS refactor (74976e1ae) as in ggml d99724f2, at a line of its own
         ("D21", "location.sites[0]"): ("ggml/src/ggml-cuda/convert.cu:486", None),
+        # the gather and test-backend-ops' initialisation, at the lines D22 records for this commit
+        ("D22", "location.sites[0]"): ("ggml/src/ggml-cuda/getrows.cu:99", 99),
+        ("D22", "location.sites[1]"): ("tests/test-backend-ops.cpp:2341", 2341),
     }
