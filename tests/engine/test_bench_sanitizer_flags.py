@@ -18,24 +18,8 @@ from engine_helpers import Scenarios  # noqa: E402
 from test_discover import staged_build  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from process_checks import wait_until  # noqa: E402
+from process_checks import ended_and_reaped, wait_until  # noqa: E402
 
-
-def ended(pid: int) -> bool:
-    """Gone, or a zombie, then reaped: this test's process may have become the orphan's reaper (a
-    subreaper set by kvdiag's runner in an earlier test of the same session), so it reaps it, leaving
-    no zombie for the tests that count them."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    if stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-        return False
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:          # not ours: whoever adopted it reaps it
-        pass
-    return True
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_sanitizer_flags.py"
 
@@ -78,7 +62,7 @@ def test_a_run_past_the_cap_is_cut_with_its_group(tmp_path):
     row = bench_module().run_once([str(build / "bin" / "test-backend-ops"), "test"], tmp_path / "hang.log", cap=2.0)
     assert row["cut"] and row["returncode"] is not None
     grandchild = int((build / "grandchild.pid").read_text())
-    assert wait_until(lambda: ended(grandchild))        # the forked grandchild went with the group
+    assert wait_until(lambda: ended_and_reaped(grandchild))        # the forked grandchild went with the group
 
 
 @pytest.mark.parametrize("variant", ["device", "device:x", "loud:0", ":1"])
