@@ -367,5 +367,7 @@ def test_d19_matches_the_discovered_root_as_known_now():
     assert known["src/ggml-cuda/getrows.cu:127"] == "D20"            # cuBLAS's outputs (session 24)
     assert known["src/ggml-cuda/convert.cu:437"] == "D21"            # cuBLAS's outputs (session 25)
     assert known["src/ggml-cuda/getrows.cu:99"] == "D22"             # the test's own initialisation (session 26)
-    assert [site for site, entry in known.items() if entry is None] == [
-        "src/ggml-cuda/mmq.cuh:925", "src/ggml-cuda/mmq.cuh:1124", "src/ggml-cuda/mmq.cuh:1346"]
+    assert {site: known[site] for site in ("src/ggml-cuda/mmq.cuh:925", "src/ggml-cuda/mmq.cuh:1124",
+                                           "src/ggml-cuda/mmq.cuh:1346")} == dict.fromkeys(
+        ("src/ggml-cuda/mmq.cuh:925", "src/ggml-cuda/mmq.cuh:1124", "src/ggml-cuda/mmq.cuh:1346"), "D23")
+    assert [site for site, entry in known.items() if entry is None] == []      # no root new since session 26

@@ -180,7 +180,9 @@ def test_d20_names_the_gather_root_and_only_d21_names_another_cublas_root_and_d2
     assert {site: entry for site, entry in known.items() if entry} == {
         "src/ggml-cuda/fattn-mma-f16.cuh:1357": "D19", "src/ggml-cuda/getrows.cu:127": "D20",
         "src/ggml-cuda/convert.cu:437": "D21",                      # D21 since session 25
-        "src/ggml-cuda/getrows.cu:99": "D22"}                        # GET_ROWS' own gather kernel: D22 (session 26)
+        "src/ggml-cuda/getrows.cu:99": "D22",                        # GET_ROWS' own gather kernel: D22 (session 26)
+        "src/ggml-cuda/mmq.cuh:925": "D23", "src/ggml-cuda/mmq.cuh:1124": "D23",   # MMQ's padding reads (26)
+        "src/ggml-cuda/mmq.cuh:1346": "D23"}
 
 
 def test_the_mul_mat_case_was_not_run_its_pattern_matched_nothing():

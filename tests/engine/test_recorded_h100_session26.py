@@ -119,9 +119,9 @@ def test_the_forks_whole_suite_under_memcheck_and_initcheck_was_judged_to_the_en
     assert "KVARN_STORE" in (FIXTURE / "fork-discover.txt").read_text()     # the fork's own ops, listed, no case
 
 
-def test_the_forks_roots_name_d1_d21_and_d22_and_neither_d19_nor_d20():
-    """As the device matched them, D1 and D21; with D22 (written after the run) the test's GET_ROWS root too,
-    leaving the three MMQ loads new."""
+def test_the_forks_roots_name_d1_d21_d22_and_d23_and_neither_d19_nor_d20():
+    """As the device matched them, D1 and D21; with D22 and D23 (written after the run from its roots and the
+    source) every root is known."""
     doc = fork_discovery()
     assert {r["site"]: r["known"] for r in doc["roots"] if r["known"]} == {
         "ggml/src/ggml-cuda/fattn.cu:380": "D1", "ggml/src/ggml-cuda/convert.cu:486": "D21"}
@@ -130,7 +130,8 @@ def test_the_forks_roots_name_d1_d21_and_d22_and_neither_d19_nor_d20():
     by_site = {root.key.site: root for root in roots}
     assert {site: r.known for site, r in by_site.items() if r.known} == {
         "ggml/src/ggml-cuda/fattn.cu:380": "D1", "ggml/src/ggml-cuda/convert.cu:486": "D21",
-        "ggml/src/ggml-cuda/getrows.cu:99": "D22"}
+        "ggml/src/ggml-cuda/getrows.cu:99": "D22", "ggml/src/ggml-cuda/mmq.cuh:1035": "D23",
+        "ggml/src/ggml-cuda/mmq.cuh:1234": "D23", "ggml/src/ggml-cuda/mmq.cuh:1456": "D23"}
     assert set(by_site) == {"ggml/src/ggml-cuda/mmq.cuh:1035", "ggml/src/ggml-cuda/mmq.cuh:1234",
                             "ggml/src/ggml-cuda/mmq.cuh:1456", "ggml/src/ggml-cuda/getrows.cu:99",
                             "ggml/src/ggml-cuda/fattn.cu:380", "ggml/src/ggml-cuda/convert.cu:486"}
@@ -223,3 +224,27 @@ def test_d22s_case_pattern_selects_the_smallest_i32_case_of_ggml_and_of_the_fork
     root = roots["ggml/src/ggml-cuda/getrows.cu:99"]
     assert root["smallest"]["params"] == "type=i32,dst_type=i32,n=256,m=5,r=4,be1=1,be2=1,v=1"
     assert (root["cases"], root["errors"]) == (4, 12228)          # as on ggml d99724f2 (session 24)
+
+
+# ------------------------------------------------------------------ D23: MMQ's loads into unwritten padding
+
+@pytest.mark.parametrize("process, sites", [("initcheck-00482", {"mmq.cuh:925"}),
+                                            ("initcheck-00576", {"mmq.cuh:1124", "mmq.cuh:1346"})])
+def test_d23_confirms_session_24s_recorded_mmq_processes_at_each_load(process, sites, tmp_path):
+    from test_recorded_h100_session21 import judged_log
+
+    text = strip_ansi(read_gz(DEVICE / "h100-session24" / "logs" / "whole" / f"{process}.stdout.log.gz"))
+    attempt = judged_log(REGISTRY, "D23", text, tmp_path / "d23")
+    assert attempt.verdict is Verdict.CONFIRMED, attempt.reason
+    assert {site["site"] for site in attempt.evidence.sites} == sites
+
+
+def test_d23s_case_is_the_smallest_of_two_mmq_roots_in_both_trees():
+    params = load_registry(REGISTRY).get("D23").default_step.vars["params"]
+    case = "type_a=q1_0,type_b=f32,n_mats=4,n_used=2,b=0,m=64,n=16,k=384"
+    assert re.fullmatch(params, case)
+    fork = {r["site"]: r["smallest"]["params"] for r in fork_discovery()["roots"]}
+    ggml = {r["site"]: r["smallest"]["params"]
+            for r in json.loads(read_gz(DEVICE / "h100-session24" / "whole.json.gz"))["roots"]}
+    assert fork["ggml/src/ggml-cuda/mmq.cuh:1035"] == fork["ggml/src/ggml-cuda/mmq.cuh:1456"] == case
+    assert ggml["src/ggml-cuda/mmq.cuh:925"] == ggml["src/ggml-cuda/mmq.cuh:1346"] == case

@@ -14,7 +14,7 @@ from kvdiag.exitcodes import ExitCode
 def test_lint_of_the_real_registry_exits_zero(capsys):
     assert main(["registry", "lint"]) == 0
     out = capsys.readouterr().out
-    assert out.strip() == "22 entries, no problems"
+    assert out.strip() == "23 entries, no problems"
 
 
 def test_lint_of_a_bad_registry_exits_65_with_one_line_per_problem(capsys, registry_fixtures):
@@ -42,7 +42,7 @@ def test_list_shows_the_good_entries_when_one_is_malformed(capsys, registry_fixt
 def test_list_of_the_real_registry(capsys):
     assert main(["list", "--format", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [item["id"] for item in listed] == [f"D{n}" for n in range(1, 23)]
+    assert [item["id"] for item in listed] == [f"D{n}" for n in range(1, 24)]
 
 
 def test_list_filters_by_status_and_tool(capsys):
@@ -71,7 +71,7 @@ def test_show_unknown_id_is_a_usage_error_naming_close_ids(capsys):
     assert "Traceback" not in captured.err
 
 
-@pytest.mark.parametrize("entry_id", [f"D{n}" for n in range(1, 23)])
+@pytest.mark.parametrize("entry_id", [f"D{n}" for n in range(1, 24)])
 def test_show_renders_every_entry(capsys, entry_id):
     assert main(["show", entry_id.lower()]) == 0
     out = capsys.readouterr().out
@@ -86,7 +86,7 @@ def _export(capsys, *args: str) -> list[dict]:
 
 def test_osv_export_has_one_record_per_entry(capsys):
     records = _export(capsys)
-    assert [r["id"] for r in records] == [f"KVDIAG-D{n}" for n in range(1, 23)]
+    assert [r["id"] for r in records] == [f"KVDIAG-D{n}" for n in range(1, 24)]
 
 
 def test_osv_export_is_structurally_valid(capsys):

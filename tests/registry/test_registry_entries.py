@@ -16,7 +16,7 @@ import pytest
 from kvdiag.engine.verdict.planning import render_step, template_context
 from kvdiag.registry.loader import load_registry
 
-IDS = [f"D{n}" for n in range(1, 23)]
+IDS = [f"D{n}" for n in range(1, 24)]
 
 # id -> (default step kind, signature matcher types in order)
 DEFAULT_KIND_AND_SIGNATURE = {
@@ -42,6 +42,7 @@ DEFAULT_KIND_AND_SIGNATURE = {
     "D20": ("backend-ops", ["sanitizer"]),
     "D21": ("backend-ops", ["sanitizer"]),
     "D22": ("backend-ops", ["sanitizer"]),
+    "D23": ("backend-ops", ["sanitizer"]),
 }
 
 BACKEND_OPS_ARGV = ("{{ bin['test-backend-ops'] }}", "test", "-o", "{{ op }}", "-b", "{{ backend }}", "-p", "{{ params }}")
@@ -87,7 +88,7 @@ def concat_case_strings() -> list[str]:
 
 # --------------------------------------------------------------------------- loading
 
-def test_registry_loads_twenty_two_entries_without_problems(registry):
+def test_registry_loads_twenty_three_entries_without_problems(registry):
     assert [str(p) for p in registry.problems] == []
     assert [e.id for e in registry.entries] == IDS
 

@@ -37,6 +37,9 @@ BEFORE_D20 = ["D20.md: location.functions[0]", "D20.md: location.sites[0]"]
 # written by ggml_cuda_mul_mat_batched_cublas_impl, so the entry's caller ggml_cuda_mul_mat_cublas_impl is absent;
 # the conversion and its line are there (D21_LINES)
 BEFORE_D21 = ["D21.md: location.functions[1]"]
+# before the tile_y load took its pointer as `((kb0 * qk / ne_block) * sz + sz)` (b6225 computes it from
+# sizeof(block_q8_1_mmq)): D23's first site's anchor is absent; its ids_dst loads are there (mmq_x for J)
+BEFORE_D23_TILE_Y = ["D23.md: location.sites[0]"]
 
 # tag -> (D2's barrier, D1's abort site or None when its launcher is not in the tree, the mismatches)
 TREES = {
@@ -44,7 +47,7 @@ TREES = {
                            # before D14's and D16's code existed (cpy_scalar_transpose 2025-11, block_reduce 2026-01)
                            "D14.md: location.functions[0]", "D14.md: location.sites[0]", "D14.md: location.sites[1]",
                            "D16.md: location.functions[0]", "D16.md: location.sites[0]"] + BEFORE_D18 + BEFORE_D20
-                          + BEFORE_D21),
+                          + BEFORE_D21 + BEFORE_D23_TILE_Y),
     "b8124": (1326, 268, PAST_D17 + BEFORE_D18 + BEFORE_D20 + BEFORE_D21),
     "b9084": (1400, 311, PAST_D17 + BEFORE_D18 + BEFORE_D20 + BEFORE_D21),
     "b9156": (1405, 327, PAST_D17 + BEFORE_D20 + BEFORE_D21),
@@ -80,7 +83,7 @@ def test_every_fact_states_on_the_stand_in_what_verify_said_on_the_real_tree(tag
     reports = verify_entries(registry.entries, tree)
     assert _said(reports) == recorded["verify"]
     assert {r.entry_id for r in reports if r.other_tree} == OTHER_TREES
-    assert sum(r.checked for r in reports) == 103
+    assert sum(r.checked for r in reports) == 114
 
 
 @pytest.mark.parametrize("tag", sorted(TREES))
@@ -176,7 +179,7 @@ def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_co
     reports = verify_entries(registry.entries, tree)
     assert _said(reports) == recorded["verify"]
     assert (sum(r.checked for r in reports), [f"{m.file}: {m.key}" for r in reports for m in r.mismatches]) == \
-        (125, PAST_D17 + PAST_D19_IN_THE_FORK)
+        (136, PAST_D17 + PAST_D19_IN_THE_FORK)
     placed = {(r.entry_id, s.key): (s.placement.at, s.placement.recorded) for r in reports for s in r.sites}
     assert placed == {
         ("D1", "location.sites[0]"): ("ggml/src/ggml-cuda/fattn.cu:380", 380),
@@ -206,4 +209,8 @@ def test_the_fork_holds_every_fact_and_each_site_at_the_line_recorded_for_its_co
         # the gather and test-backend-ops' initialisation, at the lines D22 records for this commit
         ("D22", "location.sites[0]"): ("ggml/src/ggml-cuda/getrows.cu:99", 99),
         ("D22", "location.sites[1]"): ("tests/test-backend-ops.cpp:2341", 2341),
+        # MMQ's three loads, at the lines D23 records for this commit
+        ("D23", "location.sites[0]"): ("ggml/src/ggml-cuda/mmq.cuh:1035", 1035),
+        ("D23", "location.sites[1]"): ("ggml/src/ggml-cuda/mmq.cuh:1234", 1234),
+        ("D23", "location.sites[2]"): ("ggml/src/ggml-cuda/mmq.cuh:1456", 1456),
     }

@@ -216,7 +216,7 @@ PRIVATE_PREFIX_ONLY = [(["id"], "pattern")]
 def test_every_osv_record_validates_but_for_the_private_prefix(tmp_path, capsys):
     assert main(["registry", "export", "--output", str(tmp_path / "osv")]) == 0
     files = sorted((tmp_path / "osv").iterdir())
-    assert [f.name for f in files] == sorted(f"KVDIAG-D{n}.json" for n in range(1, 23))
+    assert [f.name for f in files] == sorted(f"KVDIAG-D{n}.json" for n in range(1, 24))
     assert capsys.readouterr().out == ""
     for f in files:
         record = json.loads(f.read_text())
