@@ -30,6 +30,8 @@ against the registry (its entry named) or marked new; --draft-into writes one dr
 new root, which lints and confirms as written (`kvdiag --registry DIR run D14 --build B`).
 Racecheck warnings are listed apart and are not roots unless --warnings. Racecheck sees only
 shared memory, so it is spared the cases whose launches hold none (--no-route: every case).
+Under an MPS daemon (CUDA_MPS_PIPE_DIRECTORY, or one in /tmp/nvidia-mps) the processes' kernels
+share the GPU at once; kvdiag never starts one, and records and reports the one it found.
 """
 
 

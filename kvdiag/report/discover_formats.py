@@ -18,6 +18,7 @@ from tabulate import tabulate
 from kvdiag.engine.discover.cases import CUT, totals
 from kvdiag.engine.discover.frames import MIXED_BACKTRACE, frameless_tools
 from kvdiag.engine.discover.occupancy import Occupancy
+from kvdiag.proc.mps import MpsPipe
 from kvdiag.engine.discover.reframe import FRAMES, LAUNCHES
 from kvdiag.engine.discover.result import DiscoverResult
 from kvdiag.engine.discover.roots import Root
@@ -134,6 +135,11 @@ def cut_lines(result: DiscoverResult) -> list[str]:
     return lines
 
 
+def mps_line(result: DiscoverResult) -> str | None:
+    pipe = MpsPipe.from_dict(result.mps)
+    return pipe.describe() if pipe is not None else None
+
+
 def render_text(result: DiscoverResult) -> str:
     out = [totals_line(result)]
     if result.space.get("no_cases"):
@@ -147,6 +153,8 @@ def render_text(result: DiscoverResult) -> str:
     ran = Occupancy.from_dict(result.occupancy)
     if ran is not None:
         out.append(ran.describe())
+    if mps_line(result):
+        out.append(mps_line(result))
     routed = routing_line(result)
     if routed:
         out.append(routed)
@@ -172,7 +180,7 @@ def render_text(result: DiscoverResult) -> str:
 
 def render_markdown(result: DiscoverResult) -> str:
     notes = [line for line in (time_line(result), routing_line(result), backtrace_line(result),
-                               launches_line(result)) if line]
+                               launches_line(result), mps_line(result)) if line]
     out = ["# kvdiag discover", "", totals_line(result), ""] + [f"{line}\n" for line in notes]
     if result.defects:
         out += [tabulate([_row(r, True, _frameless(result)) for r in result.defects], headers=HEADERS,
@@ -225,7 +233,8 @@ def render_html(result: DiscoverResult) -> str:
 
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>kvdiag discover</title></head><body>",
              "<h1>kvdiag discover</h1>", f"<p>{html.escape(totals_line(result))}</p>"]
-    parts += [f"<p>{html.escape(line)}</p>" for line in (backtrace_line(result), launches_line(result)) if line]
+    parts += [f"<p>{html.escape(line)}</p>" for line in (backtrace_line(result), launches_line(result), mps_line(result))
+              if line]
     parts.append(table(result.defects))
     if result.warnings:
         parts += ["<h2>Racecheck warnings (not counted as defects)</h2>", table(result.warnings)]

@@ -87,6 +87,7 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "backtrace": merged_backtrace(parts),
             "racecheck_workers": merged_racecheck_workers(parts),
             "occupancy": None,          # each shard's processes ran on its own machine and clock
+            "mps": merged_mps(parts),
             "relative": {k: v for p in parts for k, v in (p.get("relative") or {}).items()},
             "source_lines": {k: v for p in parts for k, v in (p.get("source_lines") or {}).items()},
             "cases": [c for p in parts for c in p["cases"]],
@@ -99,6 +100,13 @@ def merged_racecheck_workers(parts: Sequence[Mapping[str, Any]]) -> int | None:
     the tool finds, so shards that differ in it merge like any others."""
     values = {saved_count(p.get("racecheck_workers")) for p in parts}
     return values.pop() if len(values) == 1 else None
+
+
+def merged_mps(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The shards' MPS record when every shard ran under the same daemon folder, else None: the merged
+    document cannot say which of its processes shared a GPU's server."""
+    records = [p.get("mps") if isinstance(p.get("mps"), Mapping) else None for p in parts]
+    return dict(records[0]) if records and records[0] is not None and all(r == records[0] for r in records) else None
 
 
 def saved_count(value: Any) -> int | None:

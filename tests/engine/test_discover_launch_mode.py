@@ -436,3 +436,43 @@ def test_merged_shards_keep_racecheck_workers_only_when_they_agree():
     assert merged_racecheck_workers([{"racecheck_workers": 1}, {}]) is None
     assert merged_racecheck_workers([{"racecheck_workers": [1]}, {"racecheck_workers": [1]}]) is None   # damaged
 
+
+
+def test_a_discovery_under_an_mps_daemon_records_its_pipe_and_every_report_says_so(tmp_path, monkeypatch):
+    """CUDA connects the processes to the daemon the variable names; nothing in their output says so, so
+    the discovery records it (kvdiag.proc.mps), and a merge keeps it only where every shard agrees."""
+    import socket
+    import tempfile
+
+    from kvdiag.report.discover_formats import render_html, render_markdown, render_text
+    from kvdiag.store.discoveries import merged_mps
+
+    folder = Path(tempfile.mkdtemp(prefix="mps-", dir="/tmp"))       # short: a socket's path is limited
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(folder / "control"))
+    server.listen(8)
+    try:
+        monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(folder))
+        doc, _, _ = discover(tmp_path, monkeypatch, "--ops", "SOFT_MAX")
+    finally:
+        server.close()
+        (folder / "control").unlink()
+        folder.rmdir()
+    assert doc["mps"] == {"pipe": str(folder), "named_by": "CUDA_MPS_PIPE_DIRECTORY"}
+    result = from_document(doc)
+    said = f"MPS: the processes were clients of the MPS daemon at {folder} (named by CUDA_MPS_PIPE_DIRECTORY)"
+    assert all(said in render(result) for render in (render_text, render_markdown, render_html))
+    assert merged_mps([doc, doc]) == doc["mps"]
+    assert merged_mps([doc, {**doc, "mps": None}]) is None
+    assert merged_mps([doc, {**doc, "mps": {"pipe": "/elsewhere", "named_by": "default"}}]) is None
+
+
+def test_without_a_listening_daemon_no_mps_is_recorded_and_older_records_read_as_none(tmp_path, monkeypatch):
+    from kvdiag.report.discover_formats import render_text
+
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-daemon"))
+    doc, _, _ = discover(tmp_path, monkeypatch, "--ops", "SOFT_MAX")
+    assert doc["mps"] is None and "MPS" not in render_text(from_document(doc))
+    older = {k: v for k, v in doc.items() if k != "mps"}
+    assert from_document(older).mps is None
+    assert from_document({**doc, "mps": {"pipe": 7}}).mps is None                 # damaged

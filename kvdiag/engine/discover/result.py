@@ -15,6 +15,7 @@ from kvdiag.engine.discover.cases import CaseRecord, totals
 from kvdiag.engine.discover.matching import match_roots
 from kvdiag.engine.discover.reframe import apply_frames
 from kvdiag.engine.discover.roots import Root, group_roots
+from kvdiag.proc.mps import MpsPipe
 from kvdiag.store.discoveries import saved_count
 
 KIND = "discover"
@@ -49,6 +50,7 @@ class DiscoverResult:
     frames: list[dict[str, Any]] = field(default_factory=list)  # frameless roots' smallest cases rerun (discover.reframe)
     racecheck_workers: int | None = None               # --racecheck-workers (None: the tool's own choice)
     occupancy: dict[str, Any] | None = None            # processes at once over the run (discover.occupancy)
+    mps: dict[str, Any] | None = None                  # the MPS daemon the processes were clients of (proc.mps)
 
     @property
     def defects(self) -> list[Root]:
@@ -73,7 +75,7 @@ class DiscoverResult:
                 "processes": list(self.processes), "program": self.program, "numeric_runs": list(self.numeric_runs),
                 "routing": dict(self.routing), "backtrace": self.backtrace, "frames": list(self.frames),
                 "racecheck_workers": self.racecheck_workers, "occupancy": self.occupancy,
-                "relative": dict(self.relative),
+                "mps": self.mps, "relative": dict(self.relative),
                 "source_lines": dict(self.source_lines), "cases": [r.to_dict() for r in self.records]}
 
 
@@ -110,7 +112,14 @@ def from_document(doc: Mapping[str, Any], entries: Sequence[Any] = ()) -> Discov
                             routing=dict(doc.get("routing") or {}), backtrace=str(doc.get("backtrace") or "device"),
                             frames=[dict(row) for row in doc.get("frames") or () if isinstance(row, Mapping)],
                             racecheck_workers=saved_count(doc.get("racecheck_workers")),
-                            occupancy=doc.get("occupancy") if isinstance(doc.get("occupancy"), Mapping) else None)
+                            occupancy=doc.get("occupancy") if isinstance(doc.get("occupancy"), Mapping) else None,
+                            mps=saved_mps(doc.get("mps")))
     result.roots = build_roots(records, relative, source_lines, entries, result.frames)
     return result
 
+
+
+def saved_mps(doc: Any) -> dict[str, Any] | None:
+    """A saved MPS record as it is when it reads as one, else None (an older document has none)."""
+    pipe = MpsPipe.from_dict(doc)
+    return pipe.to_dict() if pipe is not None else None

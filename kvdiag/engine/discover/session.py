@@ -39,6 +39,7 @@ from kvdiag.engine.scan.batch import MAX_BATCH, cases_per_pattern, deal
 from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.errors import CaseListingFailed, ScanNotRun
 from kvdiag.home import kvdiag_home
+from kvdiag.proc.mps import mps_pipe
 from kvdiag.proc.slots import scan_slots
 from kvdiag.progress import Progress
 from kvdiag.records.run import RunRecord
@@ -135,6 +136,10 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
                             run_dir=run_dir.path, shard=shard.text if shard else None, kvdiag_version=__version__,
                             registry=registry, program=chosen_program.to_dict(), routing=routing.to_dict(),
                             backtrace=backtrace, racecheck_workers=racecheck_workers)
+    pipe = mps_pipe()
+    if pipe is not None:
+        result.mps = pipe.to_dict()
+        progress.say(f"discover: {pipe.describe()}")
     progress.say(f"discover: {space.cases} case(s) of {len(space.supported)} op(s) under "
                  f"{', '.join(chosen_tools)}: {len(units)} process(es) to start, {workers} at a time"
                  + (f" on each of {len(chosen)} GPUs" if len(chosen) > 1 else ""))
