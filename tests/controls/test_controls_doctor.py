@@ -221,6 +221,17 @@ def test_the_sanitizer_is_invoked_as_documented(fake_machine):
     assert "--show-backtrace" not in memcheck
 
 
+def test_every_canary_s_error_ends_its_kernel_not_its_context(fake_machine):
+    """Under an MPS daemon a destroyed context is a fatal GPU error for every client of the GPU at that moment
+    (device session 27); with `kernel` the tool reports the same finding and the context lives."""
+    fake_machine()
+    runs = sorted(fake_machine.logs.glob("*.argv"))
+    assert len(runs) == 8
+    for path in runs:
+        argv = json.loads(path.read_text())
+        assert argv[argv.index("--destroy-on-device-error") + 1] == "kernel", path.name
+
+
 def test_positive_at_the_wrong_line_fails_only_that_tool(fake_machine):
     scenario = dict(ALL_PASS, barrier_divergent=("synccheck-positive-wrong-line.log", False))
     report = fake_machine(scenario)
