@@ -202,3 +202,28 @@ def test_a_recorded_process_is_judged_again_as_the_device_judged_it(process, too
     assert {r.params: r.state for r in outcome.records} == {p: c["state"] for p, c in before.items()}
     lines = {f.line for r in outcome.records for f in r.findings}
     assert lines == ({1538, 1563} if tool == "synccheck" else {5122})
+
+
+# ------------------------------------------------------------------ the controls under MPS, ending only the kernel
+
+CONTROLS = FIXTURE / "controls-mps"
+
+
+def test_every_control_passed_under_mps_and_without_each_ending_only_its_kernel():
+    for name in ("doctor-mps.txt", "doctor-plain.txt"):
+        text = (CONTROLS / name).read_text()
+        assert [line.split()[2] for line in text.splitlines() if line.startswith("PASS  control ")] == [
+            "memcheck", "racecheck", "synccheck", "initcheck"]
+        assert "FAIL" not in text and "trusted: memcheck, racecheck, synccheck, initcheck" in text
+    runs = [json.loads(path.read_text()) for path in sorted((CONTROLS / "cmd").glob("*check.cmd.json"))]
+    assert len(runs) == 8
+    for run in runs:
+        argv = run["argv"]
+        assert argv[argv.index("--destroy-on-device-error") + 1] == "kernel"
+    assert sorted(run["result"]["returncode"] for run in runs) == [0, 0, 0, 0, 99, 99, 99, 99]
+
+
+def test_the_mps_server_served_the_controls_and_logged_no_fatal_error():
+    server = gzip.decompress((CONTROLS / "mps-server.log.gz").read_bytes()).decode()
+    assert server.count(" connected") >= 8 and "fatal GPU error" not in server
+    assert "daemon rc=0" in (CONTROLS / "chain.txt").read_text() and "fatal: 0" in (CONTROLS / "chain.txt").read_text()
