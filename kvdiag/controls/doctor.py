@@ -60,11 +60,8 @@ __all__ = [
 ]
 
 CONTROL_TIMEOUT_S = 120.0
-# A positive canary's error ends only its kernel, as in discovery's and scan's batches. With the tool's default
-# (`context`) the error destroys the context, and where the process is an MPS client that is a fatal GPU error
-# the server handles for every client on the GPU at the moment (device session 27: the synccheck control did
-# that; the pool's 1333 D2 cases under `kernel` did not). The tools report the same finding either way.
-CONTROL_DESTROY_ON_DEVICE_ERROR = "kernel"
+# A canary's error ends its kernel, as the batches' do: a destroyed context is fatal to MPS clients (session 27).
+CONTROL_DESTROY = "kernel"
 STATUSES = ("pass", "fail", "skip", "warn")
 
 
@@ -215,9 +212,8 @@ def _run_canary(c: Canary, *, built: Path, native: bool, sanitizer: Path, log_di
     tool wrote, and what the launcher said."""
     log_file = log_dir / f"{c.name}.{c.tool}.log"
     program = canary_program(c, built, native)
-    invocation = SanitizerInvocation(c.tool, options=c.sanitizer_options,
-                                     destroy_on_device_error=CONTROL_DESTROY_ON_DEVICE_ERROR)
-    argv = invocation.argv(sanitizer, log_file, program)
+    argv = SanitizerInvocation(c.tool, options=c.sanitizer_options,
+                               destroy_on_device_error=CONTROL_DESTROY).argv(sanitizer, log_file, program)
     started = time.monotonic()
     try:
         result = run_command(argv, timeout=timeout, log_dir=log_dir, name=f"{c.name}.{c.tool}",
