@@ -3,6 +3,7 @@ process the session starts carries its token (see process_checks.py), and the ``
 fixture gives the tests that stage builds each of two ninja versions (see ninjas.py)."""
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -14,6 +15,13 @@ from ninjas import Ninja, system_ninja, wheel_ninja  # noqa: E402
 from process_checks import mark_session  # noqa: E402
 
 mark_session()
+
+# A shell without job control starts its background jobs with SIGINT ignored, and Python then leaves it
+# ignored: the tests that stage a Ctrl-C with _thread.interrupt_main would wait forever (a CI started that
+# way hung in test_discover's Ctrl-C test). kvdiag as a program installs its own handlers
+# (kvdiag.proc.signals); the tests' process gets Python's usual one.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # kvdiag's CUPTI launch lister is compiled with nvcc wherever one is installed (this CPU machine has
 # one): only the tests about it build it (tests/workspace/test_launch_lister.py sets the variable back).
