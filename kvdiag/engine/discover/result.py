@@ -118,7 +118,6 @@ def from_document(doc: Mapping[str, Any], entries: Sequence[Any] = ()) -> Discov
     return result
 
 
-
 def saved_mps(doc: Any) -> dict[str, Any] | None:
     """A saved MPS record as it is when it reads as one, else None (an older document has none)."""
     pipe = MpsPipe.from_dict(doc)
