@@ -4,8 +4,8 @@ CUDA's runtime connects a process to the MPS control daemon listening in the pip
 ``CUDA_MPS_PIPE_DIRECTORY`` names (``/tmp/nvidia-mps`` when unset), and nothing in the process's
 output says so. It changes what a pool of sanitized processes does: with MPS their kernels run on
 the GPU at once instead of taking turns (sixteen racecheck copies did 9.97 times one copy's work
-against 1.94 without, docs/performance.md, device session 27), and a fatal GPU error of one client
-reaches the others running then. So a discovery records which it was; kvdiag never starts or stops
+against 1.94 without, docs/performance.md, device session 27), and by MPS's documentation a fatal GPU
+error of one client reaches the others running then. So a discovery records which it was; kvdiag never starts or stops
 a daemon (that is the machine's administrator's choice).
 """
 
@@ -43,14 +43,15 @@ class MpsPipe:
     def describe(self) -> str:
         how = f"named by {PIPE_VARIABLE}" if self.named else "the default folder"
         return (f"MPS: the processes were clients of the MPS daemon at {self.folder} ({how}): their kernels "
-                "ran on the GPU at once, and a fatal GPU error of one would have reached the others running then")
+                "ran on the GPU at once, and by MPS's documentation a fatal GPU error of one reaches the others "
+                "running then")
 
 
 def mps_pipe(environ: Mapping[str, str] | None = None, default: str = DEFAULT_PIPE) -> MpsPipe | None:
     """The daemon CUDA processes started with ``environ`` (default: this process's) would connect to, or
     None when none listens there. Listening is tested by connecting to its control socket and closing at
-    once: a socket file left by a daemon that died accepts nothing. (The daemon logs such a visit as a
-    client without credentials, and nothing else happens.)"""
+    once: a socket file left by a daemon that died accepts nothing. Tested against staged sockets only;
+    this probe has not yet met a real daemon (its device check is for the next device session)."""
     env = os.environ if environ is None else environ
     named = env.get(PIPE_VARIABLE) or ""
     folder = named or default

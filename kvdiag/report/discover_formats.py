@@ -153,8 +153,9 @@ def render_text(result: DiscoverResult) -> str:
     ran = Occupancy.from_dict(result.occupancy)
     if ran is not None:
         out.append(ran.describe())
-    if mps_line(result):
-        out.append(mps_line(result))
+    mps = mps_line(result)
+    if mps:
+        out.append(mps)
     routed = routing_line(result)
     if routed:
         out.append(routed)
