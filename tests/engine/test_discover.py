@@ -27,6 +27,7 @@ from isolation import isolate  # noqa: E402
 from kvdiag.cli import main
 from kvdiag.controls.gate import Gate
 from kvdiag.engine.discover import session as discover_session
+from kvdiag.engine.discover.costs import CaseCosts
 from kvdiag.engine.discover.result import from_document
 from kvdiag.report.discover_formats import render
 from kvdiag.registry.lint import lint_raw
@@ -260,6 +261,8 @@ def _staged_discovery(tmp_path: Path, mp: pytest.MonkeyPatch) -> tuple[Scenarios
     target = make_target(build, log_dir=tmp_path / "target-logs", sanitizer=kv.sanitizer())
     mp.setattr(discover_session, "prepare_target", lambda *a, **k: target)
     mp.setattr(discover_session, "controls_gate_provider", lambda *a, **k: (lambda tool: Gate(True, "staged")))
+    # The shipped rates were measured on the real suite; the staged one's order is its case counts'.
+    mp.setattr(discover_session, "load_costs", CaseCosts)
     return kv, build
 
 

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from kvdiag import __version__
 from kvdiag.constants import SANITIZER_TOOLS
@@ -24,9 +24,9 @@ from kvdiag.engine.verdict.devices import select_devices, visible_value
 from kvdiag.engine.scan.dispatch import dispatch
 from kvdiag.engine.discover.batch import ROUTE, Runner, Unit, UnitOutcome, run_unit
 from kvdiag.engine.discover.cases import CUT, CaseRecord
+from kvdiag.engine.discover.costs import CaseCosts, load_costs, order_units
 from kvdiag.engine.discover.numeric import run_numeric
 from kvdiag.engine.discover.occupancy import occupancy
-from kvdiag.engine.discover.findings import case_elements
 from kvdiag.engine.discover.frames import frameless_tools
 from kvdiag.engine.discover.program import choose_program
 from kvdiag.engine.discover.reframe import apply_frames, reframe
@@ -123,8 +123,9 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
                     listed=frozenset({routing.source}) if routing.active else frozenset(), backtrace=backtrace,
                     racecheck_workers=racecheck_workers)
     all_workers = workers * max(1, len(chosen))
+    listing = {routing.source: routing.routed} if routing.active else {}
     units = plan_units(space, [t for t in chosen_tools if t not in routing.routed] if routing.active else chosen_tools,
-                       all_workers, batch)
+                       all_workers, batch, gated_by=listing)
     router = None
     if routing.active:
         router = SharedMemoryRouter(routing, dict(space.supported), mode=chosen_program.mode,
@@ -210,30 +211,27 @@ def route_units(space: SuiteSpace) -> list[Unit]:
     return sorted(units, key=lambda u: -len(u.cases))
 
 
-def plan_units(space: SuiteSpace, tools: Sequence[str], all_workers: int, batch: int = 0) -> list[Unit]:
-    """The processes to start: each op's cases dealt into batches (batch_size); each tool's largest
-    first, the tools in turn.
+def plan_units(space: SuiteSpace, tools: Sequence[str], all_workers: int, batch: int = 0, *,
+               costs: CaseCosts | None = None, gated_by: Mapping[str, Sequence[str]] | None = None) -> list[Unit]:
+    """The processes to start: each op's cases dealt into batches (batch_size); each tool's
+    heaviest estimate first (engine.discover.costs; ``gated_by`` names, for the tool whose processes
+    list the launches, the routed tools waiting on them), the tools in turn.
 
     Dealt, not sliced: test-backend-ops lists an op's shapes from small to large, so consecutive
     slices put all of its heaviest cases in one or two processes that outlive the rest. On the H200
     (device session 19) TOP_K's sliced batches under racecheck ran 6.5 s to over 336 s, the last
-    one holding the 65536- to 524288-element rows. Among batches of one size, the one with the
-    most elements (engine.discover.findings.case_elements) starts first, so that the heavy ones
-    are not the last to begin."""
+    one holding the 65536- to 524288-element rows. Among one op's batches, the one with the most
+    elements (engine.discover.findings.case_elements) starts first."""
+    costs = costs if costs is not None else load_costs()
     per_tool: list[list[Unit]] = []
     for tool in tools:
         units: list[Unit] = []
         for op, cases in space.supported.items():
             size = batch_size(space.cases, all_workers, batch, cases)
             units += [Unit(tool, op, tuple(dealt)) for dealt in deal(list(cases), size)]
-        per_tool.append(sorted(units, key=lambda u: (-len(u.cases), -unit_elements(u))))
+        per_tool.append(order_units(units, costs, gated_by=gated_by))
     # The tools take turns: a discovery cut short by a deadline has judged some of every tool's cases.
     return [unit for turn in itertools.zip_longest(*per_tool) for unit in turn if unit is not None]
-
-
-def unit_elements(unit: Unit) -> int:
-    """How heavy a unit is, for its place in the queue: its cases' elements added up."""
-    return sum(case_elements(params) for params in unit.cases)
 
 
 def unrun(space: SuiteSpace, tools: Sequence[str], records, interrupted: bool) -> list[CaseRecord]:

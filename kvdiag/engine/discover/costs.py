@@ -1,0 +1,110 @@
+"""How long a discovery's unit will take, so that the heaviest start first.
+
+The pool ends when its last process does, so a process of several minutes that starts late sets
+the wall. Neither a unit's case count nor its elements tell which units are heavy across ops. In
+device session 27 (one H100, the whole suite under racecheck and synccheck, 16 processes with MPS)
+the queue put the units with most cases first. TOP_K's 30-case batches (their case strings are long,
+so fewer fit one -p pattern) came after every 32-case batch of the suite: its synccheck processes,
+which list the launches racecheck is routed by, started 660 s into a 997 s run, and its racecheck
+processes, 186 to 331 s each, started at 662 to 675 s. ARGSORT's (256 s) started at 735 s.
+
+The estimate is measured, not modelled: the seconds a process of (tool, op) took per case the op
+listed, in recorded whole-suite discoveries on an H100 (``kvdiag/data/discover-costs.json``, which
+names them; ``rates_from_discovery`` derives it and a test re-derives it from the recorded runs).
+A unit costs its op's rate times its cases; an op the table lacks costs its tool's median rate.
+Where racecheck is routed, the processes that list the launches carry racecheck's estimate for
+their cases too, since that work cannot start before them. Among units of one estimate (one op's
+dealt batches) the one with the most elements goes first. The rates come from one GPU and one tree:
+they order the queue and decide nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from kvdiag.engine.discover.findings import case_elements
+from kvdiag.resources import PACKAGE_DIR
+
+SHIPPED_COSTS = PACKAGE_DIR / "data" / "discover-costs.json"
+_INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class CaseCosts:
+    """Seconds a process took per listed case, by tool and op; ``source`` says where they were measured."""
+
+    rates: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    source: str = ""
+
+    def rate(self, tool: str, op: str) -> float:
+        """(tool, op)'s rate, else the tool's median, else 1.0 (every unit then weighs its case count)."""
+        known = self.rates.get(tool) or {}
+        if op in known:
+            return known[op]
+        return statistics.median(known.values()) if known else 1.0
+
+    def unit_seconds(self, tool: str, op: str, cases: int, *, gated: Sequence[str] = ()) -> float:
+        """A unit's estimate; ``gated``: the routed tools whose work waits on this unit's listing."""
+        return cases * (self.rate(tool, op) + sum(self.rate(other, op) for other in gated))
+
+
+def load_costs(path: Path = SHIPPED_COSTS) -> CaseCosts:
+    """The shipped table, or an empty one (case counts decide) when it is missing or unreadable."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        rates = {str(tool): {str(op): float(rate) for op, rate in ops.items()}
+                 for tool, ops in (doc.get("rates") or {}).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return CaseCosts()
+    return CaseCosts(rates=rates, source=str(doc.get("source") or ""))
+
+
+def rates_from_discovery(doc: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """A saved discovery's seconds per listed case, by tool and op.
+
+    Per (tool, op): the walls of its processes that ended by themselves, over the cases those
+    processes held plus the cases routing spared (they cost nothing, and a table of listed cases
+    must count them; an op routing spared whole costs 0). A process an interrupt stopped tells no
+    rate, and an op with neither an ended process nor a spared case has none."""
+    walls: dict[tuple[str, str], float] = {}
+    held: dict[tuple[str, str], int] = {}
+    for row in doc.get("processes") or ():
+        if _INTERRUPTED in str(row.get("why") or "") or row.get("tool") not in (doc.get("tools") or ()):
+            continue
+        key = (row["tool"], row["op"])
+        walls[key] = walls.get(key, 0.0) + float(row.get("wall_s") or 0.0)
+        held[key] = held.get(key, 0) + int(row.get("cases") or 0)
+    spared: dict[tuple[str, str], int] = {}
+    for case in doc.get("cases") or ():
+        if case.get("state") == "spared":
+            key = (case["tool"], case["op"])
+            spared[key] = spared.get(key, 0) + 1
+    out: dict[str, dict[str, float]] = {}
+    for key in sorted(set(walls) | set(spared)):
+        listed = held.get(key, 0) + spared.get(key, 0)
+        if listed:
+            out.setdefault(key[0], {})[key[1]] = round(walls.get(key, 0.0) / listed, 4)
+    return out
+
+
+def merged_rates(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Rates from several discoveries: each (tool, op) from the first that has it."""
+    out: dict[str, dict[str, float]] = {}
+    for doc in docs:
+        for tool, ops in rates_from_discovery(doc).items():
+            for op, rate in ops.items():
+                out.setdefault(tool, {}).setdefault(op, rate)
+    return out
+
+
+def order_units(units: Sequence[Any], costs: CaseCosts, *, gated_by: Mapping[str, Sequence[str]] | None = None) -> list[Any]:
+    """``units`` (each with tool, op, cases), heaviest estimate first; ``gated_by``: for a tool whose
+    processes list the launches, the routed tools waiting on them."""
+    def key(unit) -> tuple[float, int]:
+        seconds = costs.unit_seconds(unit.tool, unit.op, len(unit.cases), gated=(gated_by or {}).get(unit.tool, ()))
+        return -seconds, -sum(case_elements(params) for params in unit.cases)
+    return sorted(units, key=key)
