@@ -1,0 +1,94 @@
+"""engine.discover.costs: the rates derived from recorded discoveries, the shipped table re-derived
+from the recorded runs it names, and the queue's order: heaviest estimate first, the listing units
+carrying the routed tool's work, one op's batches by their elements."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from kvdiag.engine.discover import session as discover_session
+from kvdiag.engine.discover.batch import Unit
+from kvdiag.engine.discover.costs import (SHIPPED_COSTS, CaseCosts, load_costs, merged_rates, order_units,
+                                          rates_from_discovery)
+from kvdiag.engine.discover.findings import case_elements
+from kvdiag.engine.discover.space import SuiteSpace
+
+DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
+RECORDED = ("h100-session27/whole-discover.json.gz", "h100-session25/whole.json.gz", "h100-session24/whole.json.gz")
+
+
+def recorded(name: str) -> dict:
+    return json.loads(gzip.open(DEVICE / name).read())
+
+
+def test_a_rate_is_process_seconds_over_listed_cases_spared_ones_included_interrupted_processes_not():
+    doc = {"tools": ["racecheck", "synccheck"],
+           "processes": [{"tool": "racecheck", "op": "A", "cases": 4, "wall_s": 8.0, "why": None},
+                         {"tool": "racecheck", "op": "A", "cases": 4, "wall_s": 500.0,
+                          "why": "interrupted (Ctrl-C) before it was judged"},
+                         {"tool": "synccheck", "op": "A", "cases": 6, "wall_s": 3.0, "why": None}],
+           "cases": [{"tool": "racecheck", "op": "A", "state": "spared"}] * 4
+           + [{"tool": "racecheck", "op": "B", "state": "spared"}] * 3}
+    assert rates_from_discovery(doc) == {"racecheck": {"A": 1.0, "B": 0.0}, "synccheck": {"A": 0.5}}
+
+
+def test_merged_rates_take_each_tool_and_op_from_the_first_record_that_has_it():
+    first = {"tools": ["racecheck"], "processes": [{"tool": "racecheck", "op": "A", "cases": 1, "wall_s": 2.0}]}
+    second = {"tools": ["racecheck"], "processes": [{"tool": "racecheck", "op": "A", "cases": 1, "wall_s": 9.0},
+                                                    {"tool": "racecheck", "op": "B", "cases": 2, "wall_s": 1.0}]}
+    assert merged_rates([first, second]) == {"racecheck": {"A": 2.0, "B": 0.5}}
+
+
+def test_the_shipped_table_is_what_the_recorded_runs_it_names_give():
+    shipped = json.loads(SHIPPED_COSTS.read_text())
+    assert shipped["rates"] == merged_rates([recorded(name) for name in RECORDED])
+    assert all(name.split("/")[0].replace("h100-", "") in shipped["source"].replace("{27,25,24}", "27 25 24")
+               or "session" in shipped["source"] for name in RECORDED)
+    # What session 27 measured: TOP_K's and ARGSORT's racecheck processes are the suite's slowest per case.
+    heaviest = sorted(shipped["rates"]["racecheck"], key=shipped["rates"]["racecheck"].get, reverse=True)[:3]
+    assert set(heaviest) == {"ARGSORT", "TOP_K", "LIGHTNING_INDEXER"}
+    assert shipped["rates"]["racecheck"]["CONV_2D"] == 0.0          # every case spared by routing
+
+
+def test_a_missing_or_damaged_table_orders_by_case_counts(tmp_path):
+    assert load_costs(tmp_path / "none.json") == CaseCosts()
+    (tmp_path / "bad.json").write_text('{"rates": {"racecheck": {"A": "fast"}}}')
+    assert load_costs(tmp_path / "bad.json") == CaseCosts()
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert load_costs(tmp_path / "list.json") == CaseCosts()
+    empty = CaseCosts()
+    assert empty.rate("racecheck", "A") == 1.0 and empty.unit_seconds("racecheck", "A", 7) == 7.0
+
+
+def test_an_op_the_table_lacks_costs_its_tools_median():
+    costs = CaseCosts(rates={"racecheck": {"A": 1.0, "B": 3.0, "C": 8.0}})
+    assert costs.rate("racecheck", "NEW") == 3.0
+    assert costs.unit_seconds("synccheck", "A", 2, gated=("racecheck",)) == 2 * (1.0 + 1.0)
+
+
+def test_a_listing_unit_goes_before_bigger_ones_when_the_racecheck_it_releases_is_heavy():
+    costs = CaseCosts(rates={"synccheck": {"TOP_K": 0.2, "FLASH_ATTN_EXT": 0.7},
+                             "racecheck": {"TOP_K": 4.4, "FLASH_ATTN_EXT": 1.0}})
+    fa = Unit("synccheck", "FLASH_ATTN_EXT", tuple(f"hsk={i}" for i in range(32)))
+    top_k = Unit("synccheck", "TOP_K", tuple(f"k={i}" for i in range(30)))
+    assert order_units([fa, top_k], costs) == [fa, top_k]                     # alone, 22.4 s against 6 s
+    assert order_units([fa, top_k], costs, gated_by={"synccheck": ("racecheck",)}) == [top_k, fa]
+
+
+def test_session_27s_suite_with_the_shipped_table_starts_top_k_and_argsort_listing_first():
+    """The recorded suite's cases, planned as its run was (16 processes, synccheck listing for racecheck):
+    there TOP_K's synccheck processes started 660 s in; now the listing units of the ops whose racecheck
+    is slowest are among the first to start."""
+    doc = recorded(RECORDED[0])
+    supported: dict[str, list[str]] = {}
+    for case in doc["cases"]:
+        if case["tool"] == "synccheck" and case.get("status") != "not supported":
+            supported.setdefault(case["op"], []).append(case["params"])
+    space = SuiteSpace(supported={op: tuple(cases) for op, cases in supported.items()})
+    units = discover_session.plan_units(space, ("synccheck",), all_workers=16, gated_by={"synccheck": ("racecheck",)})
+    first = [u.op for u in units[:16]]
+    assert {"TOP_K", "ARGSORT", "LIGHTNING_INDEXER"} <= set(first)
+    old = sorted(units, key=lambda u: (-len(u.cases), -sum(case_elements(p) for p in u.cases)))   # before
+    assert min(i for i, u in enumerate(old) if u.op == "TOP_K") > 0.6 * len(units)      # 293 of 446: in the run, 660 s of 997
