@@ -5,8 +5,8 @@ The tools are those whose control passed on this machine (the doctor's canaries:
 cannot see its own defect class here proves nothing by a clean case), unless asked for by
 name; an asked-for tool whose control failed still runs, and the result says its clean cases
 prove nothing. The processes share the GPU's slot pool (proc.slots), one unit of work per
-process, dispatched as a scan's are (engine.scan.dispatch): the largest units first, so the last
-process to start is a small one.
+process, dispatched as a scan's are (engine.scan.dispatch): the heaviest units by measured cost
+first (engine.discover.costs), so the last process to start is a light one.
 """
 
 from __future__ import annotations
