@@ -20,13 +20,13 @@ they order the queue and decide nothing else.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from kvdiag.engine.discover.findings import case_elements
+from kvdiag.fileio import load_json_file
 from kvdiag.resources import PACKAGE_DIR
 
 SHIPPED_COSTS = PACKAGE_DIR / "data" / "discover-costs.json"
@@ -55,7 +55,7 @@ class CaseCosts:
 def load_costs(path: Path = SHIPPED_COSTS) -> CaseCosts:
     """The shipped table, or an empty one (case counts decide) when it is missing or unreadable."""
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = load_json_file(path)
         rates = {str(tool): {str(op): float(rate) for op, rate in ops.items()}
                  for tool, ops in (doc.get("rates") or {}).items()}
     except (OSError, ValueError, TypeError, AttributeError):
