@@ -17,6 +17,7 @@ from kvdiag.store.scans import check_format, save_document, span
 from kvdiag.store.sweeps import check_same_target
 
 DISCOVER_FORMAT = "kvdiag-discover/1"
+DISCOVER_FILE = "discover.json"        # a discovery's document in its run folder
 _STATES = ("clean", "findings", "aborted", "not-supported", "spared", "cut")
 
 
@@ -88,6 +89,7 @@ def merge_discoveries(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "racecheck_workers": merged_racecheck_workers(parts),
             "occupancy": None,          # each shard's processes ran on its own machine and clock
             "mps": merged_mps(parts),
+            "order": merged_order(parts),
             "relative": {k: v for p in parts for k, v in (p.get("relative") or {}).items()},
             "source_lines": {k: v for p in parts for k, v in (p.get("source_lines") or {}).items()},
             "cases": [c for p in parts for c in p["cases"]],
@@ -100,6 +102,13 @@ def merged_racecheck_workers(parts: Sequence[Mapping[str, Any]]) -> int | None:
     the tool finds, so shards that differ in it merge like any others."""
     values = {saved_count(p.get("racecheck_workers")) for p in parts}
     return values.pop() if len(values) == 1 else None
+
+
+def merged_order(parts: Sequence[Mapping[str, Any]]) -> str:
+    """The costs that ordered every shard's queue when they all name the same, else "" (each shard
+    read its own machine's history)."""
+    values = {p.get("order") if isinstance(p.get("order"), str) else "" for p in parts}
+    return values.pop() if len(values) == 1 else ""
 
 
 def merged_mps(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

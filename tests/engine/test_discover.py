@@ -262,7 +262,7 @@ def _staged_discovery(tmp_path: Path, mp: pytest.MonkeyPatch) -> tuple[Scenarios
     mp.setattr(discover_session, "prepare_target", lambda *a, **k: target)
     mp.setattr(discover_session, "controls_gate_provider", lambda *a, **k: (lambda tool: Gate(True, "staged")))
     # The shipped rates were measured on the real suite; the staged one's order is its case counts'.
-    mp.setattr(discover_session, "load_costs", CaseCosts)
+    mp.setattr(discover_session, "discover_costs", lambda home, mode: CaseCosts())
     return kv, build
 
 

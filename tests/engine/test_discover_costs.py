@@ -92,3 +92,49 @@ def test_session_27s_suite_with_the_shipped_table_starts_top_k_and_argsort_listi
     assert {"TOP_K", "ARGSORT", "LIGHTNING_INDEXER"} <= set(first)
     old = sorted(units, key=lambda u: (-len(u.cases), -sum(case_elements(p) for p in u.cases)))   # before
     assert min(i for i, u in enumerate(old) if u.op == "TOP_K") > 0.6 * len(units)      # 293 of 446: in the run, 660 s of 997
+
+
+def _saved_discovery(store, mode: str, rate_s: float, op: str = "TOP_K") -> str:
+    from kvdiag.store.discoveries import DISCOVER_FILE, DISCOVER_FORMAT
+
+    run = store.create("discover")
+    doc = {"format": DISCOVER_FORMAT, "tools": ["racecheck"], "program": {"mode": mode},
+           "processes": [{"tool": "racecheck", "op": op, "cases": 2, "wall_s": 2 * rate_s, "why": None}], "cases": []}
+    (run.path / DISCOVER_FILE).write_text(json.dumps(doc))
+    return run.run_id
+
+
+def test_this_machines_newest_discoveries_of_the_same_mode_come_before_the_shipped_table(tmp_path):
+    from kvdiag.engine.discover.costs import LOCAL_DISCOVERIES, discover_costs
+    from kvdiag.store.runs import RunStore
+
+    store = RunStore(tmp_path)
+    oldest = _saved_discovery(store, "launch", 50.0, op="ARGSORT")      # beyond the newest LOCAL_DISCOVERIES
+    newer = [_saved_discovery(store, "launch", 9.0 + i) for i in range(LOCAL_DISCOVERIES - 1)]
+    _saved_discovery(store, "test", 99.0)                                 # another mode: the CPU reference ran
+    damaged = store.create("discover")
+    (damaged.path / "discover.json").write_text("{not json")
+    newest = _saved_discovery(store, "launch", 0.25)
+    costs = discover_costs(tmp_path, "launch")
+    shipped = load_costs()
+    assert costs.rate("racecheck", "TOP_K") == 0.25                       # the newest that has it
+    assert costs.rate("racecheck", "ARGSORT") == shipped.rate("racecheck", "ARGSORT")
+    assert costs.rate("synccheck", "CONV_2D") == shipped.rate("synccheck", "CONV_2D")
+    assert costs.source.startswith(f"this machine's discoveries {newest}, {newer[-1]}")
+    assert oldest not in costs.source and shipped.source in costs.source
+
+
+def test_a_home_without_discoveries_orders_by_the_shipped_table(tmp_path):
+    from kvdiag.engine.discover.costs import discover_costs
+
+    costs = discover_costs(tmp_path, "launch")
+    assert costs == load_costs()
+    assert discover_costs(tmp_path, "launch", shipped=tmp_path / "none.json") == CaseCosts(source="no table")
+
+
+def test_merged_shards_keep_the_order_source_only_when_they_agree():
+    from kvdiag.store.discoveries import merged_order
+
+    assert merged_order([{"order": "table"}, {"order": "table"}]) == "table"
+    assert merged_order([{"order": "table"}, {"order": "this machine's discoveries X, then table"}]) == ""
+    assert merged_order([{"order": {"hostile": 1}}, {}]) == ""

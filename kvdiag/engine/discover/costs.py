@@ -9,8 +9,10 @@ which list the launches racecheck is routed by, started 660 s into a 997 s run, 
 processes, 186 to 331 s each, started at 662 to 675 s. ARGSORT's (256 s) started at 735 s.
 
 The estimate is measured, not modelled: the seconds a process of (tool, op) took per case the op
-listed, in recorded whole-suite discoveries on an H100 (``kvdiag/data/discover-costs.json``, which
-names them; ``rates_from_discovery`` derives it and a test re-derives it from the recorded runs).
+listed. First in this machine's own latest discoveries (``discover_costs``: the newest few saved
+in the kvdiag home whose processes ran the same program mode), then in recorded whole-suite
+discoveries on an H100 (``kvdiag/data/discover-costs.json``, which names them;
+``rates_from_discovery`` derives it and a test re-derives it from the recorded runs).
 A unit costs its op's rate times its cases; an op the table lacks costs its tool's median rate.
 Where racecheck is routed, the processes that list the launches carry racecheck's estimate for
 their cases too, since that work cannot start before them. Among units of one estimate (one op's
@@ -28,8 +30,11 @@ from typing import Any, Mapping, Sequence
 from kvdiag.engine.discover.findings import case_elements
 from kvdiag.fileio import load_json_file
 from kvdiag.resources import PACKAGE_DIR
+from kvdiag.store.discoveries import DISCOVER_FILE, is_discovery
+from kvdiag.store.runs import RunStore
 
 SHIPPED_COSTS = PACKAGE_DIR / "data" / "discover-costs.json"
+LOCAL_DISCOVERIES = 3          # this machine's newest discoveries that a plan learns from
 _INTERRUPTED = "interrupted"
 
 
@@ -108,3 +113,29 @@ def order_units(units: Sequence[Any], costs: CaseCosts, *, gated_by: Mapping[str
         seconds = costs.unit_seconds(unit.tool, unit.op, len(unit.cases), gated=(gated_by or {}).get(unit.tool, ()))
         return -seconds, -sum(case_elements(params) for params in unit.cases)
     return sorted(units, key=key)
+
+
+def discover_costs(home: Path, mode: str, *, shipped: Path = SHIPPED_COSTS) -> CaseCosts:
+    """The rates a discovery orders its queue by: this machine's newest LOCAL_DISCOVERIES saved
+    discoveries whose processes ran ``mode`` (``launch`` or ``test``: the CPU reference costs
+    differently), newest first, then the shipped table for what they lack. A saved discovery that
+    cannot be read is passed over: it only ever made the order better."""
+    docs: list[Mapping[str, Any]] = []
+    used: list[str] = []
+    for run in reversed(RunStore(home).all_dirs()):
+        if len(docs) >= LOCAL_DISCOVERIES:
+            break
+        if run.label != "discover":
+            continue
+        try:
+            doc = load_json_file(run.path / DISCOVER_FILE)
+        except (OSError, ValueError):
+            continue
+        if is_discovery(doc) and isinstance(doc.get("program"), Mapping) and doc["program"].get("mode") == mode:
+            docs.append(doc)
+            used.append(run.run_id)
+    base = load_costs(shipped)
+    local = merged_rates(docs)
+    rates = {tool: {**base.rates.get(tool, {}), **local.get(tool, {})} for tool in {*base.rates, *local}}
+    source = (f"this machine's discoveries {', '.join(used)}, then " if used else "") + (base.source or "no table")
+    return CaseCosts(rates=rates, source=source)

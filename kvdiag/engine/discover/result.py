@@ -51,6 +51,7 @@ class DiscoverResult:
     racecheck_workers: int | None = None               # --racecheck-workers (None: the tool's own choice)
     occupancy: dict[str, Any] | None = None            # processes at once over the run (discover.occupancy)
     mps: dict[str, Any] | None = None                  # the MPS daemon the processes were clients of (proc.mps)
+    order: str = ""                                    # whose measured costs ordered the queue (discover.costs)
 
     @property
     def defects(self) -> list[Root]:
@@ -75,7 +76,7 @@ class DiscoverResult:
                 "processes": list(self.processes), "program": self.program, "numeric_runs": list(self.numeric_runs),
                 "routing": dict(self.routing), "backtrace": self.backtrace, "frames": list(self.frames),
                 "racecheck_workers": self.racecheck_workers, "occupancy": self.occupancy,
-                "mps": self.mps, "relative": dict(self.relative),
+                "mps": self.mps, "order": self.order, "relative": dict(self.relative),
                 "source_lines": dict(self.source_lines), "cases": [r.to_dict() for r in self.records]}
 
 
@@ -113,7 +114,7 @@ def from_document(doc: Mapping[str, Any], entries: Sequence[Any] = ()) -> Discov
                             frames=[dict(row) for row in doc.get("frames") or () if isinstance(row, Mapping)],
                             racecheck_workers=saved_count(doc.get("racecheck_workers")),
                             occupancy=doc.get("occupancy") if isinstance(doc.get("occupancy"), Mapping) else None,
-                            mps=saved_mps(doc.get("mps")))
+                            mps=saved_mps(doc.get("mps")), order=doc["order"] if isinstance(doc.get("order"), str) else "")
     result.roots = build_roots(records, relative, source_lines, entries, result.frames)
     return result
 

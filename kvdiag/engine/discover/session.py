@@ -24,7 +24,7 @@ from kvdiag.engine.verdict.devices import select_devices, visible_value
 from kvdiag.engine.scan.dispatch import dispatch
 from kvdiag.engine.discover.batch import ROUTE, Runner, Unit, UnitOutcome, run_unit
 from kvdiag.engine.discover.cases import CUT, CaseRecord
-from kvdiag.engine.discover.costs import CaseCosts, load_costs, order_units
+from kvdiag.engine.discover.costs import CaseCosts, discover_costs, load_costs, order_units
 from kvdiag.engine.discover.numeric import run_numeric
 from kvdiag.engine.discover.occupancy import occupancy
 from kvdiag.engine.discover.frames import frameless_tools
@@ -45,11 +45,10 @@ from kvdiag.progress import Progress
 from kvdiag.records.run import RunRecord
 from kvdiag.shards import Shard
 from kvdiag.store.runs import RunStore
-from kvdiag.store.discoveries import save_discovery
+from kvdiag.store.discoveries import DISCOVER_FILE, save_discovery
 from kvdiag.store.sweeps import utc_now
 from kvdiag.workspace.build import check_build_dir
 
-DISCOVER_FILE = "discover.json"
 CASE_BUDGET_S = 120.0
 ROUTE_BATCH = 256       # cases per route process: no sanitizer, about 0.06 s a case (docs/performance.md)
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".c", ".h", ".hpp", ".cc")
@@ -124,8 +123,9 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
                     racecheck_workers=racecheck_workers)
     all_workers = workers * max(1, len(chosen))
     listing = {routing.source: routing.routed} if routing.active else {}
+    costs = discover_costs(home, chosen_program.mode)
     units = plan_units(space, [t for t in chosen_tools if t not in routing.routed] if routing.active else chosen_tools,
-                       all_workers, batch, gated_by=listing)
+                       all_workers, batch, costs=costs, gated_by=listing)
     router = None
     if routing.active:
         router = SharedMemoryRouter(routing, dict(space.supported), mode=chosen_program.mode,
@@ -136,7 +136,7 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
                             case_budget_s=case_budget_s, started_at=utc_now(), target=target.to_dict(),
                             run_dir=run_dir.path, shard=shard.text if shard else None, kvdiag_version=__version__,
                             registry=registry, program=chosen_program.to_dict(), routing=routing.to_dict(),
-                            backtrace=backtrace, racecheck_workers=racecheck_workers)
+                            backtrace=backtrace, racecheck_workers=racecheck_workers, order=costs.source)
     pipe = mps_pipe()
     if pipe is not None:
         result.mps = pipe.to_dict()
