@@ -20,6 +20,10 @@ from typing import Any, Mapping
 PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"
 DEFAULT_PIPE = "/tmp/nvidia-mps"
 CONTROL_SOCKET = "control"          # the daemon's socket in its pipe folder, which clients connect to
+# The control socket's type. Measured on an H100 (device session 28, driver 580.159.04): a running
+# nvidia-cuda-mps-control's `control` accepts SOCK_SEQPACKET connections and refuses SOCK_STREAM ones
+# ("Protocol wrong type for socket"), so a stream probe took a running daemon for none.
+CONTROL_SOCKET_TYPE = socket.SOCK_SEQPACKET
 CONNECT_TIMEOUT_S = 1.0
 
 
@@ -49,14 +53,16 @@ class MpsPipe:
 
 def mps_pipe(environ: Mapping[str, str] | None = None, default: str = DEFAULT_PIPE) -> MpsPipe | None:
     """The daemon CUDA processes started with ``environ`` (default: this process's) would connect to, or
-    None when none listens there. Listening is tested by connecting to its control socket and closing at
-    once: a socket file left by a daemon that died accepts nothing. Tested against staged sockets only;
-    this probe has not yet met a real daemon (its device check is for the next device session)."""
+    None when none listens there. Listening is tested by connecting to its control socket (a sequenced-
+    packet socket, as the daemon's is) and closing at once: a socket file left by a daemon that quit
+    accepts nothing. Checked against a real daemon on an H100 (device session 28): found while it ran,
+    None after `quit`, whose socket files stay in the folder. The daemon's control.log then showed
+    "Unable to accept connection" (the probe closes before saying anything)."""
     env = os.environ if environ is None else environ
     named = env.get(PIPE_VARIABLE) or ""
     folder = named or default
     path = str(Path(folder) / CONTROL_SOCKET)
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe = socket.socket(socket.AF_UNIX, CONTROL_SOCKET_TYPE)
     probe.settimeout(CONNECT_TIMEOUT_S)
     try:
         probe.connect(path)

@@ -448,7 +448,7 @@ def test_a_discovery_under_an_mps_daemon_records_its_pipe_and_every_report_says_
     from kvdiag.store.discoveries import merged_mps
 
     folder = Path(tempfile.mkdtemp(prefix="mps-", dir="/tmp"))       # short: a socket's path is limited
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     server.bind(str(folder / "control"))
     server.listen(8)
     try:

@@ -1,7 +1,8 @@
 """Which MPS daemon, if any, CUDA processes started from here connect to (kvdiag.proc.mps).
 
-A daemon is staged as what CUDA's runtime finds: a Unix socket named `control`, listening, in the pipe
-folder. No test starts a real daemon (CI has no GPU and no driver).
+A daemon is staged as what CUDA's runtime finds: a Unix sequenced-packet socket named `control`,
+listening, in the pipe folder (a real daemon's, device session 28). No test starts a real daemon (CI has
+no GPU and no driver).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def listening(short_dir):
     """A folder whose `control` socket listens, as a running control daemon's pipe folder does."""
     folder = short_dir / "pipe"
     folder.mkdir()
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     server.bind(str(folder / "control"))
     server.listen(4)
     yield folder
@@ -53,7 +54,7 @@ def test_without_the_variable_the_default_folder_is_the_one_cuda_would_use(liste
 def test_a_socket_left_by_a_daemon_that_died_is_no_daemon(short_dir):
     folder = short_dir / "pipe"
     folder.mkdir()
-    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     dead.bind(str(folder / "control"))                   # bound, never listening: connecting is refused
     dead.close()
     assert (folder / "control").is_socket()
@@ -78,3 +79,17 @@ def test_a_saved_record_reads_back_and_a_damaged_or_absent_one_reads_as_none(dam
     assert MpsPipe.from_dict({"pipe": "/p", "named_by": PIPE_VARIABLE}) == MpsPipe("/p", named=True)
     assert MpsPipe.from_dict({"pipe": "/p", "named_by": "default"}) == MpsPipe("/p", named=False)
     assert MpsPipe.from_dict(damaged) is None
+
+
+def test_a_stream_socket_named_control_is_no_daemon(short_dir):
+    """What the probe looked for before device session 28: a real daemon's control socket refuses a stream
+    connection, and a stream listener named `control` is not one."""
+    folder = short_dir / "pipe"
+    folder.mkdir()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(folder / "control"))
+    server.listen(4)
+    try:
+        assert mps_pipe({PIPE_VARIABLE: str(folder)}) is None
+    finally:
+        server.close()
