@@ -138,3 +138,37 @@ def test_merged_shards_keep_the_order_source_only_when_they_agree():
     assert merged_order([{"order": "table"}, {"order": "table"}]) == "table"
     assert merged_order([{"order": "table"}, {"order": "this machine's discoveries X, then table"}]) == ""
     assert merged_order([{"order": {"hostile": 1}}, {}]) == ""
+
+
+def test_rows_that_do_not_read_as_rows_are_passed_over():
+    doc = {"tools": ["racecheck"],
+           "processes": ["junk", 3, {"tool": "racecheck"}, {"tool": 5, "op": "A"},
+                         {"tool": "racecheck", "op": "A", "cases": "many", "wall_s": 2.0},
+                         {"tool": "racecheck", "op": "A", "cases": 2, "wall_s": float("nan")},
+                         {"tool": "racecheck", "op": "A", "cases": 2, "wall_s": -1},
+                         {"tool": "racecheck", "op": "A", "cases": 2, "wall_s": True},
+                         {"tool": "racecheck", "op": "A", "cases": 2, "wall_s": 3.0}],
+           "cases": [None, {"tool": "racecheck", "state": "spared"}, {"tool": "racecheck", "op": "A", "state": "spared"}]}
+    assert rates_from_discovery(doc) == {"racecheck": {"A": 1.0}}
+    for hostile in ({"tools": "racecheck", "processes": {"a": 1}, "cases": "x"}, {}):
+        assert rates_from_discovery(hostile) == {}
+
+
+def test_a_table_with_a_rate_that_is_no_number_of_seconds_is_no_table(tmp_path):
+    for value in ('"NaN"', "-1", "true", "[1]", "1e999"):
+        (tmp_path / "t.json").write_text('{"rates": {"racecheck": {"A": %s}}}' % value)
+        assert load_costs(tmp_path / "t.json") == CaseCosts(), value
+
+
+def test_a_damaged_discovery_in_the_home_never_stops_a_plan(tmp_path):
+    from kvdiag.engine.discover.costs import discover_costs
+    from kvdiag.store.discoveries import DISCOVER_FILE, DISCOVER_FORMAT
+    from kvdiag.store.runs import RunStore
+
+    store = RunStore(tmp_path)
+    for body in ({"format": DISCOVER_FORMAT, "program": {"mode": "launch"}, "tools": ["racecheck"],
+                  "processes": {"not": "a list"}, "cases": [1, 2]},
+                 {"format": DISCOVER_FORMAT, "program": "launch"}, [1, 2, 3], "text"):
+        (store.create("discover").path / DISCOVER_FILE).write_text(json.dumps(body))
+    costs = discover_costs(tmp_path, "launch")
+    assert costs.rates == load_costs().rates

@@ -22,6 +22,7 @@ they order the queue and decide nothing else.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,11 +62,18 @@ def load_costs(path: Path = SHIPPED_COSTS) -> CaseCosts:
     """The shipped table, or an empty one (case counts decide) when it is missing or unreadable."""
     try:
         doc = load_json_file(path)
-        rates = {str(tool): {str(op): float(rate) for op, rate in ops.items()}
+        rates = {str(tool): {str(op): _rate(value) for op, value in ops.items()}
                  for tool, ops in (doc.get("rates") or {}).items()}
     except (OSError, ValueError, TypeError, AttributeError):
         return CaseCosts()
     return CaseCosts(rates=rates, source=str(doc.get("source") or ""))
+
+
+def _rate(value: Any) -> float:
+    """A rate as a table holds it: a finite number of seconds, not negative (ValueError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"not a rate: {value!r}")
+    return float(value)
 
 
 def rates_from_discovery(doc: Mapping[str, Any]) -> dict[str, dict[str, float]]:
@@ -74,19 +82,25 @@ def rates_from_discovery(doc: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     Per (tool, op): the walls of its processes that ended by themselves, over the cases those
     processes held plus the cases routing spared (they cost nothing, and a table of listed cases
     must count them; an op routing spared whole costs 0). A process an interrupt stopped tells no
-    rate, and an op with neither an ended process nor a spared case has none."""
+    rate, and an op with neither an ended process nor a spared case has none. A row that does not
+    read as one (a damaged document in the home) is passed over."""
+    tools = doc.get("tools") if isinstance(doc.get("tools"), list) else ()
     walls: dict[tuple[str, str], float] = {}
     held: dict[tuple[str, str], int] = {}
-    for row in doc.get("processes") or ():
-        if _INTERRUPTED in str(row.get("why") or "") or row.get("tool") not in (doc.get("tools") or ()):
+    for row in _rows(doc.get("processes")):
+        key = _key(row)
+        if key is None or key[0] not in tools or _INTERRUPTED in str(row.get("why") or ""):
             continue
-        key = (row["tool"], row["op"])
-        walls[key] = walls.get(key, 0.0) + float(row.get("wall_s") or 0.0)
-        held[key] = held.get(key, 0) + int(row.get("cases") or 0)
+        try:
+            wall, cases = _rate(row.get("wall_s")), int(row.get("cases"))
+        except (TypeError, ValueError):
+            continue
+        walls[key] = walls.get(key, 0.0) + wall
+        held[key] = held.get(key, 0) + max(0, cases)
     spared: dict[tuple[str, str], int] = {}
-    for case in doc.get("cases") or ():
-        if case.get("state") == "spared":
-            key = (case["tool"], case["op"])
+    for case in _rows(doc.get("cases")):
+        key = _key(case)
+        if key is not None and case.get("state") == "spared":
             spared[key] = spared.get(key, 0) + 1
     out: dict[str, dict[str, float]] = {}
     for key in sorted(set(walls) | set(spared)):
@@ -94,6 +108,15 @@ def rates_from_discovery(doc: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         if listed:
             out.setdefault(key[0], {})[key[1]] = round(walls.get(key, 0.0) / listed, 4)
     return out
+
+
+def _rows(value: Any) -> list[Mapping[str, Any]]:
+    return [row for row in value if isinstance(row, Mapping)] if isinstance(value, list) else []
+
+
+def _key(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    tool, op = row.get("tool"), row.get("op")
+    return (tool, op) if isinstance(tool, str) and isinstance(op, str) else None
 
 
 def merged_rates(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
@@ -106,11 +129,14 @@ def merged_rates(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float
     return out
 
 
-def order_units(units: Sequence[Any], costs: CaseCosts, *, gated_by: Mapping[str, Sequence[str]] | None = None) -> list[Any]:
+def order_units(units: Sequence[Any], costs: CaseCosts, *,
+                gated_by: Mapping[str, Sequence[str]] | None = None) -> list[Any]:
     """``units`` (each with tool, op, cases), heaviest estimate first; ``gated_by``: for a tool whose
     processes list the launches, the routed tools waiting on them."""
+    gated_by = gated_by or {}
+
     def key(unit) -> tuple[float, int]:
-        seconds = costs.unit_seconds(unit.tool, unit.op, len(unit.cases), gated=(gated_by or {}).get(unit.tool, ()))
+        seconds = costs.unit_seconds(unit.tool, unit.op, len(unit.cases), gated=gated_by.get(unit.tool, ()))
         return -seconds, -sum(case_elements(params) for params in unit.cases)
     return sorted(units, key=key)
 

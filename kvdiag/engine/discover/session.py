@@ -122,9 +122,9 @@ def _discover(run_dir, build_dir: Path, *, home: Path, entries, tools, ops, para
                     listed=frozenset({routing.source}) if routing.active else frozenset(), backtrace=backtrace,
                     racecheck_workers=racecheck_workers)
     all_workers = workers * max(1, len(chosen))
-    costs = discover_costs(home, chosen_program.mode)
+    costs, listing = discover_costs(home, chosen_program.mode), {routing.source: routing.routed} if routing.active else None
     units = plan_units(space, [t for t in chosen_tools if t not in routing.routed] if routing.active else chosen_tools,
-                       all_workers, batch, costs=costs, gated_by={routing.source: routing.routed} if routing.active else None)
+                       all_workers, batch, costs=costs, gated_by=listing)
     router = None
     if routing.active:
         router = SharedMemoryRouter(routing, dict(space.supported), mode=chosen_program.mode,
