@@ -55,9 +55,10 @@ def mps_pipe(environ: Mapping[str, str] | None = None, default: str = DEFAULT_PI
     """The daemon CUDA processes started with ``environ`` (default: this process's) would connect to, or
     None when none listens there. Listening is tested by connecting to its control socket (a sequenced-
     packet socket, as the daemon's is) and closing at once: a socket file left by a daemon that quit
-    accepts nothing. Checked against a real daemon on an H100 (device session 28): found while it ran,
-    None after `quit`, whose socket files stay in the folder. The daemon's control.log then showed
-    "Unable to accept connection" (the probe closes before saying anything)."""
+    accepts nothing. What a real daemon does (an H100, device session 28): its `control` socket took a
+    sequenced-packet connection while it ran, and its socket files stayed in the folder after `quit`; its
+    control.log showed "Unable to accept connection" after such a connection closed at once. This function
+    as it now is has met staged sockets only (it spoke stream before, and missed that daemon)."""
     env = os.environ if environ is None else environ
     named = env.get(PIPE_VARIABLE) or ""
     folder = named or default
