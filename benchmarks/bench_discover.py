@@ -25,6 +25,16 @@ the default (auto) leaves synccheck's without. ``:racecheck-workers-N`` adds `--
 with the first. Each arm also reports ``cpu_s``: the user and system seconds its processes spent on
 the host (the sanitizer's and the program's, every one waited for).
 
+Two suffixes change the arm's surroundings, not discover's flags: ``:cores-N`` holds discover and
+everything it starts to the first N cores this process may use (what ``taskset`` does; half the
+cores answer whether the host binds, docs/performance.md), and ``:blocking-sync`` preloads
+``benchmarks/shims/cuda_blocking_sync.c`` (built once with ``cc``), so that every test-backend-ops
+process waits for the GPU asleep instead of spinning; the arm reports how many processes set that
+schedule (``blocking_sync``). Every arm starts from the same kvdiag home: a fresh folder linking the
+home's entries but its ``runs`` (the probe's program and the controls are shared), because discover
+orders its queue by the costs of the home's newest discoveries, and an arm must not learn from the
+one before it.
+
 The ops default to every op `test-backend-ops --list-ops` prints. Times are wall seconds on
 this machine; compare only numbers from one run (docs/performance.md).
 """
@@ -72,6 +82,8 @@ def raw_op(sanitizer: str, binary: Path, tool: str, op: str, cap: float, logs: P
 
 
 COUNTED_FLAGS = {"racecheck-workers": "--racecheck-workers", "jobs": "-j"}
+SETTINGS = ("cores", "blocking-sync")        # suffixes that set the arm's surroundings, not discover's flags
+SHIM = Path(__file__).resolve().parent / "shims" / "cuda_blocking_sync.c"
 _COUNTED = re.compile(r"(?P<name>[a-z-]+)-(?P<n>[0-9]+)")
 
 
@@ -85,10 +97,50 @@ def arm_flags(program: str) -> tuple[str, list[str]]:
             flags += ARM_FLAGS[suffix]
         elif counted and counted["name"] in COUNTED_FLAGS:
             flags += [COUNTED_FLAGS[counted["name"]], counted["n"]]
+        elif suffix == "blocking-sync" or (counted and counted["name"] == "cores" and int(counted["n"]) > 0):
+            continue                                 # arm_settings reads these
         else:
-            known = [*ARM_FLAGS, *(f"{k}-N" for k in COUNTED_FLAGS)]
+            known = [*ARM_FLAGS, *(f"{k}-N" for k in COUNTED_FLAGS), "cores-N", "blocking-sync"]
             raise SystemExit(f"--programs {program}: unknown suffix {suffix!r} (known: {', '.join(known)})")
     return name, flags
+
+
+def arm_settings(program: str) -> tuple[int | None, bool]:
+    """``program``'s surroundings: (the cores to hold it to, None for all; whether to preload the shim)."""
+    cores, blocking = None, False
+    for suffix in program.split(":")[1:]:
+        counted = _COUNTED.fullmatch(suffix)
+        if counted and counted["name"] == "cores":
+            cores = int(counted["n"])
+        blocking = blocking or suffix == "blocking-sync"
+    return cores, blocking
+
+
+def first_cores(n: int) -> set[int]:
+    """The first ``n`` cores this process may run on (all of them when it may run on fewer)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    return set(allowed[:n])
+
+
+def arm_home(base: Path, into: Path) -> Path:
+    """A fresh kvdiag home at ``into`` linking every entry of ``base`` but ``runs``."""
+    into.mkdir(mode=0o700, parents=True)
+    if base.is_dir():
+        for entry in base.iterdir():
+            if entry.name != "runs":
+                (into / entry.name).symlink_to(entry.resolve())
+    return into
+
+
+def build_shim(logs: Path) -> Path:
+    """The blocking-sync shim, compiled into ``logs`` (one line and exit 2 when it cannot be)."""
+    shim = logs / "cuda_blocking_sync.so"
+    if not shim.exists():
+        done = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim), str(SHIM), "-ldl"],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise SystemExit(f"bench_discover: the blocking-sync shim did not build: {done.stderr.strip()[:300]}")
+    return shim
 
 
 def children_cpu_s() -> float:
@@ -98,22 +150,38 @@ def children_cpu_s() -> float:
 
 
 def run_discover(build: Path, tool: str, ops: list[str], program: str, logs: Path,
-                 params: str | None = None) -> tuple[dict, dict]:
+                 params: str | None = None, home: Path | None = None) -> tuple[dict, dict]:
     """One `kvdiag discover` over ``ops`` (``program``: a --program value, then suffixes such as
-    ``:no-route`` or ``:racecheck-workers-1``): its row for the report, and its saved document."""
+    ``:no-route``, ``:racecheck-workers-1`` or ``:cores-8``): its row for the report, and its saved
+    document. ``home``: the kvdiag home whose entries but its runs the arm's own fresh home links."""
     name, flags = arm_flags(program)
-    saved = logs / f"discover-{program.replace(':', '-')}.json"
+    cores, blocking = arm_settings(program)
+    label = program.replace(":", "-")
+    saved = logs / f"discover-{label}.json"
+    env = {**os.environ, "KVDIAG_HOME": str(arm_home(home, logs / f"home-{label}"))} if home is not None \
+        else dict(os.environ)
+    blocking_log = logs / f"blocking-sync-{label}.log"
+    if blocking:
+        env.update(LD_PRELOAD=str(build_shim(logs)), KVDIAG_BLOCKING_SYNC_LOG=str(blocking_log))
+    held = first_cores(cores) if cores else None
     cpu_before = children_cpu_s()
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "kvdiag", "discover", "--build", str(build), "--tool", tool,
                            "--ops", ",".join(ops), "--program", name, "--save", str(saved), "--format", "json",
                            *flags, *(["--params", params] if params else [])],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env,
+                          preexec_fn=(lambda: os.sched_setaffinity(0, held)) if held else None)
     wall = time.monotonic() - started
     cpu_s = children_cpu_s() - cpu_before
     doc = json.loads(saved.read_text()) if saved.is_file() else {}
     roots = doc.get("roots") or []
+    set_by = blocking_log.read_text().split("\n") if blocking and blocking_log.exists() else []
     return {"wall_s": round(wall, 2), "discover_wall_s": doc.get("wall_s"), "cpu_s": round(cpu_s, 1),
+            "cores": len(held) if held else None,
+            "blocking_sync": {"processes_set": sum(1 for line in set_by if "blocking-sync" in line
+                                                   and line.endswith("status=0")),
+                              "notes": sorted({line.split(" ", 1)[1] for line in set_by
+                                               if line and "status=0" not in line})[:5]} if blocking else None,
             "exit": done.returncode,
             "program": doc.get("program"), "routing": doc.get("routing"), "totals": doc.get("totals"),
             "roots": [{k: r.get(k) for k in ("tool", "kind", "site", "function", "cases", "ops")} for r in roots],
@@ -182,9 +250,12 @@ def main(argv: list[str] | None = None) -> int:
         report["raw"] = {"wall_s": round(time.monotonic() - started, 2), "jobs": args.raw_jobs, "cap_s": args.raw_cap,
                          "cut": [r["op"] for r in rows if r["cut"]],
                          "ops_with_findings": [r["op"] for r in rows if r["findings"]], "per_op": rows}
+    from kvdiag.home import kvdiag_home
+
+    home = kvdiag_home()                              # the home discover would use; each arm links it anew
     docs: dict[str, dict] = {}
     for program in args.programs.split(","):
-        arm, docs[program] = run_discover(args.build, args.tool, ops, program, logs, args.params)
+        arm, docs[program] = run_discover(args.build, args.tool, ops, program, logs, args.params, home=home)
         report.setdefault("discover", arm)                 # the first arm, as before --programs
         report.setdefault("programs", {})[program] = arm
     wall = report["discover"]["wall_s"]
