@@ -140,6 +140,11 @@ def mps_line(result: DiscoverResult) -> str | None:
     return pipe.describe() if pipe is not None else None
 
 
+def order_line(result: DiscoverResult) -> str | None:
+    """Whose measured costs put the heaviest processes first (engine.discover.costs), when it is known."""
+    return f"order: each tool's heaviest processes first, by the costs measured in {result.order}" if result.order else None
+
+
 def render_text(result: DiscoverResult) -> str:
     out = [totals_line(result)]
     if result.space.get("no_cases"):
@@ -153,6 +158,7 @@ def render_text(result: DiscoverResult) -> str:
     ran = Occupancy.from_dict(result.occupancy)
     if ran is not None:
         out.append(ran.describe())
+    out += [line for line in (order_line(result),) if line]
     mps = mps_line(result)
     if mps:
         out.append(mps)
@@ -180,7 +186,7 @@ def render_text(result: DiscoverResult) -> str:
 
 
 def render_markdown(result: DiscoverResult) -> str:
-    notes = [line for line in (time_line(result), routing_line(result), backtrace_line(result),
+    notes = [line for line in (time_line(result), order_line(result), routing_line(result), backtrace_line(result),
                                launches_line(result), mps_line(result)) if line]
     out = ["# kvdiag discover", "", totals_line(result), ""] + [f"{line}\n" for line in notes]
     if result.defects:

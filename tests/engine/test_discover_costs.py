@@ -13,6 +13,7 @@ from kvdiag.engine.discover.batch import Unit
 from kvdiag.engine.discover.costs import (SHIPPED_COSTS, CaseCosts, load_costs, merged_rates, order_units,
                                           rates_from_discovery)
 from kvdiag.engine.discover.findings import case_elements
+from kvdiag.engine.discover.result import from_document
 from kvdiag.engine.discover.space import SuiteSpace
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
@@ -172,3 +173,14 @@ def test_a_damaged_discovery_in_the_home_never_stops_a_plan(tmp_path):
         (store.create("discover").path / DISCOVER_FILE).write_text(json.dumps(body))
     costs = discover_costs(tmp_path, "launch")
     assert costs.rates == load_costs().rates
+
+
+def test_the_text_and_markdown_say_whose_costs_ordered_the_queue():
+    from kvdiag.report.discover_formats import render_markdown, render_text
+
+    result = from_document(recorded("h100-session28/discover-mps-j16.json.gz"))
+    line = ("order: each tool's heaviest processes first, by the costs measured in this machine's discoveries "
+            "20261207-153316.874742-0001-discover, then recorded whole-suite discoveries of ggml d99724f2")
+    assert line in render_text(result) and line in render_markdown(result)
+    result.order = ""                                            # an older document names none
+    assert "order:" not in render_text(result) and "order:" not in render_markdown(result)
