@@ -142,7 +142,9 @@ def mps_line(result: DiscoverResult) -> str | None:
 
 def order_line(result: DiscoverResult) -> str | None:
     """Whose measured costs put the heaviest processes first (engine.discover.costs), when it is known."""
-    return f"order: each tool's heaviest processes first, by the costs measured in {result.order}" if result.order else None
+    if not result.order:
+        return None
+    return f"order: each tool's heaviest processes first, by the costs measured in {result.order}"
 
 
 def render_text(result: DiscoverResult) -> str:
