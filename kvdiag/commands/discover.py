@@ -20,7 +20,8 @@ DISCOVER_HELP = """Find the defects nobody registered: every case of every op, u
 
 The case space is every case `test-backend-ops support` lists for the backend (--ops and
 --params narrow it). Cases run several to a sanitized process, in parallel on the GPU's slot
-pool; each case's findings are those printed with it. A process that aborts or overruns its
+pool, the heaviest processes first by measured cost (this machine's newest discoveries, else
+kvdiag's recorded runs); each case's findings are those printed with it. A process that aborts or overruns its
 budget is split and its cases run again; a case alone that aborts is judged `aborted` (the
 abort is a root of its own kind at its line), one that still overruns is `cut`, with why.
 Findings are grouped by (tool, kind, site file:line, function without template arguments):
