@@ -46,8 +46,12 @@ def replay(queue: list[dict], released: dict[str, list[float]], slots: int) -> f
     pending, front, running, now = list(queue), [], [], 0.0
     while pending or front or running:
         while len(running) < slots and (front or pending):
-            wall, op, listing = (front.pop(0) + (False,)) if front else (pending[0]["wall_s"], pending.pop(0)["op"], True)
-            heapq.heappush(running, (now + wall, op, listing))
+            if front:
+                wall, op = front.pop(0)
+                heapq.heappush(running, (now + wall, op, False))
+            else:
+                row = pending.pop(0)
+                heapq.heappush(running, (now + row["wall_s"], row["op"], True))
         now, op, listing = heapq.heappop(running)
         if listing:
             waiting[op] -= 1
