@@ -4,7 +4,6 @@ that links the user's home but its runs (discover orders its queue by the runs' 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -14,15 +13,14 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_discover.py"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_module import load_benchmark  # noqa: E402
+
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_discover_arms", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_discover")
 
 
 def test_setting_suffixes_are_no_discover_flags(bench):

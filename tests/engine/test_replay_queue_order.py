@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_module import load_benchmark  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks" / "replay_queue_order.py"
@@ -18,10 +20,7 @@ DEVICE = REPO / "tests" / "fixtures" / "device"
 
 @pytest.fixture(scope="module")
 def replay():
-    spec = importlib.util.spec_from_file_location("replay_queue_order", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("replay_queue_order")
 
 
 def test_session_27s_order_cost_90_s_that_the_cost_order_would_not_have(replay):
