@@ -8,9 +8,11 @@ kvdiag reads both (``kvdiag.proc.pump``: the combined log keeps the arrival orde
 chunk of output costs one pass, not one Python call per line as sh's readers did).
 kvdiag does the rest itself, because ``sh`` does not:
 
-* the deadline: we poll ``RunningCommand.is_alive()`` (sh's ``_timeout`` signals
-  only the child itself, not its group) and, on timeout or Ctrl-C, send SIGTERM to
-  the whole group with ``os.killpg``, then SIGKILL after ``kill_grace``;
+* the deadline: we poll the leader with ``waitid(WNOWAIT)`` (sh's ``_timeout`` signals
+  only the child itself, not its group; sh's ``is_alive()`` takes a lock that a Ctrl-C
+  landing at the wrong instant leaves held: :func:`leader_exit`) and, on timeout or
+  Ctrl-C, send SIGTERM to the whole group with ``os.killpg``, then SIGKILL after
+  ``kill_grace``;
 * grandchildren: the group is scanned through ``/proc`` until no live member is
   left. Orphaned grandchildren are reparented to init, and not every init reaps
   them (this machine's pid 1 does not), so the kvdiag process makes itself a
@@ -27,8 +29,8 @@ kvdiag does the rest itself, because ``sh`` does not:
 * a failed exec: sh raises ``ForkException`` but never reaps that child (a zombie
   per failed run); the child reports its pid through a pipe from
   ``_preexec_fn`` and we reap it, then raise :class:`CommandNotFound`;
-* ``sh``'s ``wait(timeout=)`` blocks; we poll ``is_alive()`` ourselves and call
-  ``wait()`` only once the group is dead; the pump then reads what the group left
+* ``sh``'s ``wait(timeout=)`` blocks; we poll ourselves and call ``wait()`` only once
+  the group is dead, with signals deferred; the pump then reads what the group left
   (to the end of each descriptor, or until nothing more comes: a descendant that
   escaped the group may hold one open) before the logs are closed.
 
@@ -171,6 +173,26 @@ def _read_child_pid(pid_r: int) -> int | None:
         return None
 
 
+def leader_exit(pid: int) -> tuple[bool, int | None]:
+    """(exited, exit code: negative = the signal) of our child ``pid``, asked with
+    ``waitid(WNOWAIT)``: the child is not reaped and no lock is taken.
+
+    Why not sh's ``is_alive()``: it takes sh's wait lock and releases it in a ``finally``
+    entered a few bytecodes after the acquire. A Ctrl-C (or SIGTERM, SIGHUP: kvdiag raises
+    for those too) whose handler runs in between leaves the lock held for ever, and the
+    ``wait()`` that reaps the leader then blocks for good (seen on CI: a verify still running
+    30 s after its SIGINT). So the loops that a signal may interrupt ask the kernel instead;
+    sh's lock is taken only inside :func:`sigint_deferred` (ending the group, reaping).
+    The code is None when the child was reaped already (sh's own thread polls it too)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True, None
+    if info is None:
+        return False, None
+    return True, info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
 def _write_json(path: Path, doc: dict) -> None:
     write_json(path, doc)
 
@@ -209,17 +231,16 @@ class StartedCommand:
         return self.sink.paths
 
     def alive(self) -> bool:
-        """Whether the leader still runs (reaps it once it exited)."""
-        try:
-            return self.running.is_alive()
-        except OSError:
-            return False
+        """Whether the leader still runs (never reaps it, never takes sh's lock: :func:`leader_exit`)."""
+        return not leader_exit(self.pid)[0]
 
     def status(self) -> int | None:
-        """The leader's exit code once it exited (negative: the signal), else None."""
-        if self.alive():
+        """The leader's exit code once it exited (negative: the signal), else None (also while sh's
+        own thread is reaping it and has not noted the code yet: the next poll has it)."""
+        exited, code = leader_exit(self.pid)
+        if not exited:
             return None
-        return getattr(self.running.process, "exit_code", None)
+        return code if code is not None else getattr(self.running.process, "exit_code", None)
 
     def quiet_for(self) -> float:
         """Seconds since the last output arrived (since the start when none did)."""
@@ -403,7 +424,7 @@ class _Watch:
     def until_done(self, command: StartedCommand, *, deadline: float, quiet_timeout: float | None,
                    cancel: threading.Event | None) -> None:
         while True:
-            if not command.running.is_alive():
+            if not command.alive():
                 self.end_time = time.monotonic()
                 return
             now = time.monotonic()

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from process_checks import pid_gone, wait_until
+from process_checks import ended_and_reaped, pid_gone, wait_until
 
 HERE = Path(__file__).resolve().parent
 BUILDS = HERE / "builds"
@@ -113,7 +113,12 @@ def assert_all_gone(pids, within: float = 5.0) -> None:
 
 
 def signal_when_started(proc: subprocess.Popen, build: Path, sig: int) -> tuple[list[int], int]:
-    """Wait for the stand-in to start, send `sig` to kvdiag, return (stand-in pids, kvdiag's exit)."""
+    """Wait for the stand-in to start, send `sig` to kvdiag, return (stand-in pids, kvdiag's exit).
+
+    When kvdiag has to be killed here, its stand-ins are ended and reaped too: they are re-parented
+    to this pytest process (a subreaper since an earlier test ran kvdiag's runner in it), and a
+    zombie left behind would fail every later test that counts zombies, not just this one."""
+    pids: list[int] = []
     try:
         pids = pids_of(build)
         time.sleep(0.2)
@@ -123,7 +128,18 @@ def signal_when_started(proc: subprocess.Popen, build: Path, sig: int) -> tuple[
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+            _end_and_reap(pids)
     return pids, code
+
+
+def _end_and_reap(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in pids:
+        wait_until(lambda: ended_and_reaped(pid), timeout=5.0)
 
 
 __all__ = ["Faults", "assert_all_gone", "one_line", "pids_of", "signal", "signal_when_started"]

@@ -347,6 +347,36 @@ def test_ctrl_c_while_the_child_is_being_started_still_stops_its_group(tmp_path)
     assert wait_until(lambda: pid_gone(ended["pid"]), 5)
 
 
+
+@pytest.mark.parametrize("child", [("exits_with.py", "0"), ("hangs_forever.py",)], ids=["exits", "hangs"])
+def test_ctrl_c_while_sh_holds_its_wait_lock_still_ends_the_command(tmp_path, child):
+    """A Ctrl-C raised while sh's wait lock is held once left that lock taken, and the runner's
+    wait() then blocked for ever (found on CI: a verify still running 30 s after its SIGINT). The
+    command must end interrupted, whether its child has exited or still runs when the Ctrl-C comes."""
+    log_dir = tmp_path / "logs"
+    argv = [sys.executable, str(SCENARIOS / "gets_sigint_while_sh_holds_its_wait_lock.py"), str(log_dir),
+            *[str(SCENARIOS / child[0]), *child[1:]]]
+    if child[0] == "hangs_forever.py":          # the child never exits: the Ctrl-C comes from outside
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
+                                cwd=REPO)
+        try:
+            assert wait_until(lambda: (log_dir / "victim.cmd.json").exists(), 15)
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        code = proc.returncode
+    else:
+        done = subprocess.run(argv, capture_output=True, text=True, env=child_env(), cwd=REPO, timeout=20)
+        out, err, code = done.stdout, done.stderr, done.returncode
+    ended = json.loads(out.strip().splitlines()[-1])
+    assert (code, ended["ended"], ended["ctrl_c_sent"]) == (130, "CommandInterrupted", True), err
+    assert cmd_json(log_dir, "victim")["result"]["interrupted"] is True
+    assert wait_until(lambda: pid_gone(ended["pid"]), 5)
+
 def test_command_interrupted_carries_the_result():
     r = CommandResult(argv=("x",), returncode=None, signal=15, timed_out=False, interrupted=True,
                       duration_s=1.0, log_dir=Path("/r/logs"), stdout_path=Path("/r/logs/a.stdout.log"),
