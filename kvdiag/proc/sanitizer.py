@@ -37,6 +37,8 @@ from kvdiag.errors import UsageError
 from kvdiag.proc.runner import run_command
 
 __all__ = [
+    "DESTROY_OPTION",
+    "DEVICE_ERROR_TOOLS",
     "SANITIZER_ERROR_EXITCODE",
     "SANITIZER_TOOLS",
     "SanitizerInvocation",
@@ -47,6 +49,10 @@ __all__ = [
 
 SANITIZER_ERROR_EXITCODE = 99
 _DESTROY_CHOICES = ("context", "kernel")
+DESTROY_OPTION = "--destroy-on-device-error"
+# The tools whose findings are device errors, which end the kernel, or by the tool's default the whole
+# context; racecheck's hazards never end a kernel.
+DEVICE_ERROR_TOOLS = frozenset({"memcheck", "synccheck", "initcheck"})
 # Options argv() sets itself; a registry entry passing them again would contradict it.
 _RESERVED_OPTIONS = ("--tool", "--log-file", "--error-exitcode")
 _MANGLED_CHARS = re.compile(r"^[A-Za-z0-9_.$]+$")
@@ -99,7 +105,7 @@ class SanitizerInvocation:
         if self.launch_timeout is not None:
             out += ["--launch-timeout", str(self.launch_timeout)]
         if self.destroy_on_device_error is not None:
-            out += ["--destroy-on-device-error", self.destroy_on_device_error]
+            out += [DESTROY_OPTION, self.destroy_on_device_error]
         out += list(self.options)
         return tuple(out)
 

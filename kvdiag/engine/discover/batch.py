@@ -38,13 +38,13 @@ from kvdiag.parse.aborts import parse_aborts
 from kvdiag.parse.case_segments import CaseSplit, split_cases
 from kvdiag.parse.text import cut_long_lines, cut_note, strip_ansi
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
-from kvdiag.proc.sanitizer import SanitizerInvocation
+from kvdiag.proc.sanitizer import DEVICE_ERROR_TOOLS, SanitizerInvocation
 from kvdiag.proc.slots import SlotPool, scan_slots
 
 ROUTE = "route"         # a unit run with no sanitizer, only for its launch lines (engine.discover.routing)
 # A finding that destroys only its kernel lets the process go on to the batch's next case; racecheck's
 # hazards never end a kernel.
-DESTROYS = {"memcheck": "kernel", "synccheck": "kernel", "initcheck": "kernel"}
+DESTROYS = {tool: "kernel" for tool in DEVICE_ERROR_TOOLS}
 # A stopped process's output read for its finished cases at most this large, so that Ctrl-C stays prompt:
 # reading is about 0.1 s a MB here (a 70 MB FLASH_ATTN_EXT synccheck log with device frames took 5.8 s),
 # and every running process stops at once.

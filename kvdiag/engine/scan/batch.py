@@ -44,6 +44,7 @@ from kvdiag.engine.verdict.processes import sanitizer_invocation
 from kvdiag.parse.case_segments import split_cases
 from kvdiag.parse.text import strip_ansi
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
+from kvdiag.proc.sanitizer import DESTROY_OPTION
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.store.runs import RunDir
 
@@ -130,8 +131,8 @@ def batch_step(step: Step) -> Step:
     """The step as a batch runs it: on a terminal, every finding printed, and a finding
     that does not end the process."""
     options = tuple(step.sanitizer_options)
-    if step.sanitizer and "--destroy-on-device-error" not in options:
-        options += ("--destroy-on-device-error", "kernel")
+    if step.sanitizer and DESTROY_OPTION not in options:
+        options += (DESTROY_OPTION, "kernel")
     return dataclasses.replace(step, tty=True, sanitizer_options=options,
                                print_limit=0 if step.sanitizer else step.print_limit)
 
