@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from proc_helpers import REPO, SCENARIOS, child_env, my_zombies, pid_gone, scenario, wait_until
+from process_checks import interrupted_output
 from kvdiag.errors import KvdiagError
 from kvdiag.proc.runner import (
     CommandInterrupted,
@@ -359,15 +360,10 @@ def test_ctrl_c_while_sh_holds_its_wait_lock_still_ends_the_command(tmp_path, ch
     if child[0] == "hangs_forever.py":          # the child never exits: the Ctrl-C comes from outside
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
                                 cwd=REPO)
-        try:
-            assert wait_until(lambda: (log_dir / "victim.cmd.json").exists(), 15)
-            time.sleep(0.3)
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=20)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        started = wait_until(lambda: (log_dir / "victim.cmd.json").exists(), 15)
+        time.sleep(0.3)
+        out, err = interrupted_output(proc, timeout=20)
+        assert started, err
         code = proc.returncode
     else:
         done = subprocess.run(argv, capture_output=True, text=True, env=child_env(), cwd=REPO, timeout=20)
