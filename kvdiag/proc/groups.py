@@ -194,3 +194,23 @@ def reap_escaped(pids: list[int], wait_s: float = 2.0) -> None:
                 left.remove(pid)
         if left:
             time.sleep(0.01)
+
+
+def leader_exit(pid: int) -> tuple[bool, int | None]:
+    """(exited, exit code: negative = the signal) of our child ``pid``, asked with
+    ``waitid(WNOWAIT)``: the child is not reaped and no lock is taken.
+
+    Why not sh's ``is_alive()``: it takes sh's wait lock and releases it in a ``finally``
+    entered a few bytecodes after the acquire. A Ctrl-C (or SIGTERM, SIGHUP: kvdiag raises
+    for those too) whose handler runs in between leaves the lock held for ever, and the
+    ``wait()`` that reaps the leader then blocks for good (seen on CI: a verify still running
+    30 s after its SIGINT). So the loops that a signal may interrupt ask the kernel instead;
+    sh's lock is taken only inside :func:`sigint_deferred` (ending the group, reaping).
+    The code is None when the child was reaped already (sh's own thread polls it too)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True, None
+    if info is None:
+        return False, None
+    return True, info.si_status if info.si_code == os.CLD_EXITED else -info.si_status

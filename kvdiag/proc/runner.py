@@ -8,11 +8,9 @@ kvdiag reads both (``kvdiag.proc.pump``: the combined log keeps the arrival orde
 chunk of output costs one pass, not one Python call per line as sh's readers did).
 kvdiag does the rest itself, because ``sh`` does not:
 
-* the deadline: we poll the leader with ``waitid(WNOWAIT)`` (sh's ``_timeout`` signals
-  only the child itself, not its group; sh's ``is_alive()`` takes a lock that a Ctrl-C
-  landing at the wrong instant leaves held: :func:`leader_exit`) and, on timeout or
-  Ctrl-C, send SIGTERM to the whole group with ``os.killpg``, then SIGKILL after
-  ``kill_grace``;
+* the deadline: we poll the leader ourselves (sh's ``_timeout`` signals only the child,
+  not its group; its ``is_alive()`` lock, see ``groups.leader_exit``) and, on timeout or
+  Ctrl-C, send SIGTERM to the group with ``os.killpg``, then SIGKILL after ``kill_grace``;
 * grandchildren: the group is scanned through ``/proc`` until no live member is
   left. Orphaned grandchildren are reparented to init, and not every init reaps
   them (this machine's pid 1 does not), so the kvdiag process makes itself a
@@ -73,8 +71,8 @@ warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, u
 
 from kvdiag.errors import CommandError, CommandInterrupted, CommandNotFound  # noqa: E402 - after the filter
 from kvdiag.fileio import write_json  # noqa: E402
-from kvdiag.proc.groups import (become_subreaper, descendants, kill_pid, killpg, proc_stat,  # noqa: E402
-                                 reap_and_list_live, reap_escaped, sigint_deferred)
+from kvdiag.proc.groups import (become_subreaper, descendants, kill_pid, killpg, leader_exit,  # noqa: E402
+                                 proc_stat, reap_and_list_live, reap_escaped, sigint_deferred)
 from kvdiag.proc.limit import bounded  # noqa: E402
 from kvdiag.proc.logsink import LogSink  # noqa: E402
 from kvdiag.proc.pump import OutputPump, child_ends, close_all  # noqa: E402
@@ -173,26 +171,6 @@ def _read_child_pid(pid_r: int) -> int | None:
         return None
 
 
-def leader_exit(pid: int) -> tuple[bool, int | None]:
-    """(exited, exit code: negative = the signal) of our child ``pid``, asked with
-    ``waitid(WNOWAIT)``: the child is not reaped and no lock is taken.
-
-    Why not sh's ``is_alive()``: it takes sh's wait lock and releases it in a ``finally``
-    entered a few bytecodes after the acquire. A Ctrl-C (or SIGTERM, SIGHUP: kvdiag raises
-    for those too) whose handler runs in between leaves the lock held for ever, and the
-    ``wait()`` that reaps the leader then blocks for good (seen on CI: a verify still running
-    30 s after its SIGINT). So the loops that a signal may interrupt ask the kernel instead;
-    sh's lock is taken only inside :func:`sigint_deferred` (ending the group, reaping).
-    The code is None when the child was reaped already (sh's own thread polls it too)."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True, None
-    if info is None:
-        return False, None
-    return True, info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-
-
 def _write_json(path: Path, doc: dict) -> None:
     write_json(path, doc)
 
@@ -231,16 +209,17 @@ class StartedCommand:
         return self.sink.paths
 
     def alive(self) -> bool:
-        """Whether the leader still runs (never reaps it, never takes sh's lock: :func:`leader_exit`)."""
-        return not leader_exit(self.pid)[0]
+        """Whether the leader still runs (never reaps it, never takes sh's lock: ``groups.leader_exit``)."""
+        return self.status() is None and not leader_exit(self.pid)[0]
 
     def status(self) -> int | None:
-        """The leader's exit code once it exited (negative: the signal), else None (also while sh's
-        own thread is reaping it and has not noted the code yet: the next poll has it)."""
+        """The leader's exit code once it exited (negative: the signal), else None. sh's noted code comes
+        first: once sh's thread reaped the leader, its pid may be another child's (a pool starts many)."""
+        noted = getattr(self.running.process, "exit_code", None)
+        if noted is not None:
+            return noted
         exited, code = leader_exit(self.pid)
-        if not exited:
-            return None
-        return code if code is not None else getattr(self.running.process, "exit_code", None)
+        return code if exited else None
 
     def quiet_for(self) -> float:
         """Seconds since the last output arrived (since the start when none did)."""

@@ -27,8 +27,6 @@ import jinja2
 from kvdiag.engine.verdict.devices import visible_value
 from kvdiag.engine.verdict.launch_program import PROGRAM, lister_for, program_for, with_lister, with_program
 from kvdiag.errors import TemplateProblem, UnsafeTemplate
-from kvdiag.proc.mps import mps_pipe
-from kvdiag.proc.sanitizer import DESTROY_OPTION, DEVICE_ERROR_TOOLS
 from kvdiag.progress import Progress
 from kvdiag.registry.entry import Entry, Step
 from kvdiag.registry.sandbox import SecurityError, render_template
@@ -154,25 +152,4 @@ def plan_step(entry: Entry, step: Step, target, run_dir: RunDir, options: RunOpt
         planned = with_lister(planned, library)
     if options.device is not None:
         planned = replace(planned, env={**planned.env, "CUDA_VISIBLE_DEVICES": visible_value(options.device)})
-    return kernel_only_under_mps(planned)
-
-
-def kernel_only_under_mps(planned: PlannedStep, environ: Mapping[str, str] | None = None) -> PlannedStep:
-    """Under an MPS daemon, a device error of the step's sanitizer ends its kernel, not its context.
-
-    The tool's default, ``--destroy-on-device-error context``, is a fatal GPU error to an MPS server, and
-    by MPS's documentation that reaches every client on the GPU at that moment: another user's job, or
-    kvdiag's own processes beside it (an H100, device session 27: the server logged "handling a fatal GPU
-    error" for the synccheck control and reset its context). Without a daemon nothing changes, so a
-    verdict there rests on the same process as before; an entry that names the option keeps its own.
-    The processes see ``environ`` (default: this process's) with the plan's variables on top, and the
-    daemon they would connect to is the one asked (kvdiag.proc.mps); the argv in cmd.json shows the choice.
-    """
-    step = planned.step
-    if step.sanitizer not in DEVICE_ERROR_TOOLS or any(
-            option.split("=", 1)[0] == DESTROY_OPTION for option in step.sanitizer_options):
-        return planned
-    if mps_pipe({**(os.environ if environ is None else environ), **planned.env}) is None:
-        return planned
-    options = (*step.sanitizer_options, DESTROY_OPTION, "kernel")
-    return replace(planned, step=replace(step, sanitizer_options=options))
+    return planned

@@ -60,8 +60,10 @@ def compiles(step: Step) -> bool:
                for command in step.command_templates)
 
 
-def sanitizer_invocation(step: Step):
-    """The step's sanitizer settings as an invocation (None when the step runs bare)."""
+def sanitizer_invocation(step: Step, env: Mapping[str, str] | None = None,
+                         environ: Mapping[str, str] | None = None):
+    """The step's sanitizer settings as an invocation (None when the step runs bare), for processes that
+    see ``environ`` (default: this process's) with ``env``, the plan's variables, on top."""
     from kvdiag.proc.sanitizer import SanitizerInvocation
 
     if not step.sanitizer:
@@ -71,13 +73,34 @@ def sanitizer_invocation(step: Step):
         options=tuple(step.sanitizer_options),
         kernel_filter=step.kernel_filter,
         print_limit=step.print_limit,
+        destroy_on_device_error=kernel_under_mps(step, {**(os.environ if environ is None else environ),
+                                                        **(env or {})}),
     )
 
 
-def wrap_with_sanitizer(step: Step, program_argv: Sequence[str], log_file: Path,
-                        sanitizer: Path | None) -> tuple[str, ...]:
+def kernel_under_mps(step: Step, environ: Mapping[str, str]) -> str | None:
+    """``kernel`` where an MPS daemon would serve the step's processes and its tool's findings can end a
+    kernel, unless the entry names ``--destroy-on-device-error`` itself; else None (the tool's default).
+
+    That default, ``context``, is a fatal GPU error to an MPS server, and by MPS's documentation it reaches
+    every client on the GPU at that moment: another user's job, or kvdiag's own processes beside it (an
+    H100, device session 27: the server logged "handling a fatal GPU error" for the synccheck control and
+    reset its context). Without a daemon nothing changes, so a verdict there rests on the same process as
+    before. The daemon asked is the one the processes would connect to (kvdiag.proc.mps); the argv in
+    cmd.json shows the choice."""
+    from kvdiag.proc.mps import mps_pipe
+    from kvdiag.proc.sanitizer import DESTROY_OPTION, DEVICE_ERROR_TOOLS
+
+    if step.sanitizer not in DEVICE_ERROR_TOOLS or any(
+            option.split("=", 1)[0] == DESTROY_OPTION for option in step.sanitizer_options):
+        return None
+    return "kernel" if mps_pipe(environ) is not None else None
+
+
+def wrap_with_sanitizer(step: Step, program_argv: Sequence[str], log_file: Path, sanitizer: Path | None,
+                        env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """argv with the sanitizer in front (or unchanged); `sanitizer` None shows the bare name."""
-    invocation = sanitizer_invocation(step)
+    invocation = sanitizer_invocation(step, env)
     if invocation is None:
         return tuple(program_argv)
     return invocation.argv(sanitizer or Path("compute-sanitizer"), log_file, program_argv)
@@ -98,7 +121,7 @@ def run_commands(planned, sanitizer: Path | None, log_dir: Path, name: str, budg
     """Run the planned step's commands in order, each under the step's sanitizer, until one fails; the
     budget (counted from ``started``, the attempt's start) covers them all (a configure and its build)."""
     step, ran = planned.step, Ran()
-    invocation = sanitizer_invocation(step)
+    invocation = sanitizer_invocation(step, planned.env)
     progress.start(label, budget_s=budget)
     try:
         with lease:
@@ -135,7 +158,7 @@ def run_server(planned, sanitizer: Path | None, log_dir: Path, name: str, budget
     step's requests, stop it; its logs are judged like any command's."""
     step, ran = planned.step, Ran()
     argv = tuple(planned.commands[0])
-    invocation = sanitizer_invocation(step)
+    invocation = sanitizer_invocation(step, planned.env)
     if invocation is not None:
         log = log_dir / f"{name}.sanitizer.log"
         ran.sanitizer_logs.append(log)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag.engine.verdict.launch_program import PROGRAM_NOTE, uses_program
-from kvdiag.engine.verdict.planning import kernel_only_under_mps, render_step, template_context
+from kvdiag.engine.verdict.planning import render_step, template_context
 from kvdiag.engine.verdict.processes import wrap_with_sanitizer
 from kvdiag.errors import TemplateProblem
 from kvdiag.proc.sanitizer import find_sanitizer
@@ -71,13 +71,12 @@ def plan_commands_for_display(entry: Entry, build_dir: Path) -> dict[str, Any]:
             try:
                 ctx = template_context(entry, step, binaries=build.binaries, build_dir=build.build_dir,
                                        source_dir=build.source_dir, scratch=Path("<run-dir>/scratch"))
-                planned = kernel_only_under_mps(render_step(step, ctx))     # as `run` would start them
+                planned = render_step(step, ctx)
             except TemplateProblem as exc:
                 item["problem"] = str(exc)
             else:
-                commands = [wrap_with_sanitizer(planned.step, cmd, Path("<run-dir>/sanitizer.log"),
-                                                sanitizer=find_sanitizer())
-                            for cmd in planned.commands]
+                commands = [wrap_with_sanitizer(step, cmd, Path("<run-dir>/sanitizer.log"), find_sanitizer(),
+                                                planned.env) for cmd in planned.commands]     # as `run` would
                 item["argv"] = [list(c) for c in commands]
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in planned.env.items())
                 item["shell"] = "\n    ".join((env + " " if env else "") + shlex.join(c) for c in commands)
