@@ -141,7 +141,7 @@ class ServerProcess:
         return log_paths(self.log_dir, self.name)
 
     def poll(self) -> int | None:
-        """The leader's status once it exited (negative: the signal), else None. Reaps it."""
+        """The leader's status once it exited (negative: the signal), else None. Reaps nothing: `stop()` does."""
         if self._command is None:
             return None
         code = self._command.status()

@@ -4,8 +4,9 @@ With the tool's default (``--destroy-on-device-error context``) one client's dev
 GPU error to the MPS server, and by MPS's documentation it reaches every client on the GPU then (an
 H100, device session 27: the server logged "handling a fatal GPU error" for the synccheck control).
 So `kvdiag run`, `show` and a scan's cases start such a step with ``kernel`` where a daemon would serve
-its processes, and exactly as before where none would (kvdiag.engine.verdict.processes.sanitizer_invocation). A daemon is staged as CUDA's runtime finds one:
-a listening sequenced-packet socket named `control` in the pipe folder (tests/proc/test_mps.py).
+its processes, and exactly as before where none would (kvdiag.engine.verdict.processes.sanitizer_invocation).
+A daemon is staged as CUDA's runtime finds one: a listening sequenced-packet socket named `control` in
+the pipe folder (tests/proc/test_mps.py).
 """
 
 from __future__ import annotations
