@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proc_helpers import SCENARIOS
+from proc_helpers import SCENARIOS, my_zombies
 
 
 @pytest.fixture
@@ -25,3 +25,12 @@ def abort_program(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cbuild") / "prints_then_aborts"
     subprocess.run([gcc, "-O0", "-o", str(out), str(SCENARIOS / "prints_then_aborts.c")], check=True)
     return out
+
+
+@pytest.fixture
+def new_zombies():
+    """The zombie children of this process that were not there when the test began. pytest's process is a
+    subreaper once a runner test has run in it, so the children of a kvdiag that another test had to kill
+    are adopted here; such a leftover is that test's failure (it failed four tests on CI once), not this one's."""
+    before = set(my_zombies())
+    return lambda: sorted(set(my_zombies()) - before)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from proc_helpers import REPO, SCENARIOS, child_env, my_zombies, pid_gone, scenario, wait_until
+from proc_helpers import REPO, SCENARIOS, child_env, pid_gone, scenario, wait_until
 from process_checks import interrupted_output
 from kvdiag.errors import KvdiagError
 from kvdiag.proc.runner import (
@@ -222,7 +222,7 @@ def test_bad_arguments(log_dir):
 
 # ---------------------------------------------------------------- timeouts and process groups
 
-def test_timeout_kills_the_whole_group_grandchild_included(log_dir):
+def test_timeout_kills_the_whole_group_grandchild_included(log_dir, new_zombies):
     t0 = time.monotonic()
     r = run_command(scenario("forks_grandchild_and_hangs.py"), timeout=1.0, log_dir=log_dir,
                     name="gc", kill_grace=2.0)
@@ -233,7 +233,7 @@ def test_timeout_kills_the_whole_group_grandchild_included(log_dir):
     assert 1.0 <= elapsed < 1.0 + 2.0 + 5.0
     grandchild = int(r.stdout_text().split()[1])      # what it printed before the kill is kept
     assert pid_gone(grandchild) and pid_gone(r.pid)
-    assert my_zombies() == []
+    assert new_zombies() == []
     doc = cmd_json(log_dir, "gc")["result"]
     assert doc["timed_out"] is True and doc["signal"] == signal.SIGTERM
 
@@ -249,17 +249,17 @@ def test_sigterm_ignored_then_sigkill_after_grace(log_dir):
     assert pid_gone(r.pid)
 
 
-def test_members_left_behind_by_a_finished_command_are_killed(log_dir):
+def test_members_left_behind_by_a_finished_command_are_killed(log_dir, new_zombies):
     r = run_command(scenario("exits_leaving_grandchild.py"), timeout=20, log_dir=log_dir,
                     name="leftover", kill_grace=1.0)
     assert r.ok and not r.timed_out
     grandchild = int(r.stdout_text().split()[1])
     assert pid_gone(grandchild)
     assert cmd_json(log_dir, "leftover")["result"]["group_killed"] is True
-    assert my_zombies() == []
+    assert new_zombies() == []
 
 
-def test_an_orphan_whose_main_thread_exited_first_is_waited_for_and_reaped(log_dir):
+def test_an_orphan_whose_main_thread_exited_first_is_waited_for_and_reaped(log_dir, new_zombies):
     """/proc shows such an orphan as a zombie while waitpid() cannot take it yet: the runner must
     keep waiting for it, not count it done (it was left unreaped, found as a flaky server test)."""
     r = run_command(scenario("orphan_threads_outlive_main.py"), timeout=20, log_dir=log_dir,
@@ -267,7 +267,7 @@ def test_an_orphan_whose_main_thread_exited_first_is_waited_for_and_reaped(log_d
     orphan = int(r.stdout_text().split()[1])
     assert r.ok and not r.timed_out
     assert pid_gone(orphan)                        # reaped before run_command returned
-    assert my_zombies() == []
+    assert new_zombies() == []
 
 
 def test_killed_by_its_own_signal(log_dir, tmp_path):
