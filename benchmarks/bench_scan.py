@@ -73,7 +73,13 @@ def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env
     try:
         return json.loads(out.stdout)
     except json.JSONDecodeError:
-        sys.exit(f"bench_scan: scan {jobs}@{devices}/{batch or 'default'} gave no JSON (rc {out.returncode}): {out.stderr.strip()[-400:]}")
+        raise VariantFailed(f"scan {jobs}@{devices}/{batch or 'default'} gave no JSON (rc {out.returncode}): "
+                            f"{out.stderr.strip()[-400:]}") from None
+
+
+class VariantFailed(Exception):
+    """A variant's scan gave no record: its row says why, and the bench goes on to the next variant (one
+    bad variant must not cost the ones after it, which a device session may not get to run again)."""
 
 
 def summary(name: str, jobs: int, devices: str, data: dict, base: dict | None) -> dict:
@@ -170,16 +176,25 @@ def main() -> int:
     # Untimed warm-up (one case): the sanitizer's control, kvdiag's caches and the launch
     # probe's program are made once, here, not inside whichever variant happens to run first.
     started = time.monotonic()
-    scan(args.build, args.entry, 1, parse_variant(variants[0])["devices"], 1, env, "1", "auto", args.params,
-         ("noroute",))
+    try:
+        scan(args.build, args.entry, 1, parse_variant(variants[0])["devices"], 1, env, "1", "auto", args.params,
+             ("noroute",))
+    except VariantFailed as exc:
+        sys.exit(f"bench_scan: the warm-up failed: {exc}")
     print(json.dumps({"variant": "warm-up", "warmup_s": round(time.monotonic() - started, 1)}), flush=True)
     base = None
+    failed = False
     walls: dict[tuple[str, str, str], float] = {}
     for name in variants:
         v = parse_variant(name)
         jobs, devices, batch = v["jobs"], v["devices"], v["batch"]
-        data = scan(args.build, args.entry, int(jobs), devices, args.limit, env, batch, v["program"], args.params,
-                    v["options"])
+        try:
+            data = scan(args.build, args.entry, int(jobs), devices, args.limit, env, batch, v["program"], args.params,
+                        v["options"])
+        except VariantFailed as exc:
+            print(json.dumps({"variant": name, "error": str(exc)}), flush=True)
+            failed = True
+            continue
         row = summary(name, int(jobs), devices, data, base)
         if args.save_dir:
             save(args.save_dir, name, data)
@@ -189,7 +204,7 @@ def main() -> int:
         walls[(jobs, devices, batch)] = data["wall_s"]
         print(json.dumps(row), flush=True)
         base = base or data
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -322,8 +322,8 @@ def _combined_exit(outcomes) -> int:
 @click.option("--sanitizer", type=GivenPath(path_type=Path), help="compute-sanitizer to use.")
 @click.option("--devices", type=IdList("0,1"), metavar="I,J", help="GPUs to spread the cases over (default: every visible one).")
 @click.option("--batch", type=Count(0, 128), default=0, show_default=True,
-              help="Cases per process: 0 spreads the cases evenly over the workers (at most 32 each), "
-                   "1 runs one process per case; up to 128 by hand (fewer, longer-lived processes).")
+              help="Cases per process: 0 gives each worker two batches (at most 128 cases each), "
+                   "1 runs one process per case; up to 128.")
 @click.option("--shard", metavar="I/N|auto",
               help="Run shard I of N (from 1) of the cases, each case's shard fixed by its name; auto: I and N "
                    "from a Slurm job array, a Kubernetes Indexed Job or GitLab parallel: (docs/fleets.md).")

@@ -126,3 +126,31 @@ def test_scan_d2_with_the_defaults_took_89_and_83_s_on_this_h100_with_the_same_v
     assert min(b["wall_s"] for b in first["batches"]) == 4.398
     with gzip.open(FIXTURE / "scan-d2.txt.gz", "rt") as text:
         assert "2936 run with 9 worker(s) in 89.3 s" in text.read()
+
+
+def bench_rows(run: str) -> dict[str, dict]:
+    """The JSON lines bench_scan.py printed in one of the two batch-size runs, by variant."""
+    lines = (FIXTURE / "batch-size" / run / "bench-scan.jsonl").read_text().splitlines()
+    return {row["variant"]: row for row in map(json.loads, lines)}
+
+
+def test_two_waves_of_batches_beat_the_old_batches_of_32_in_both_orders_with_the_same_verdicts():
+    first, second = bench_rows("first"), bench_rows("second")
+    # one warm H100 (another machine than the scans above), two bench runs in opposite orders
+    assert json.dumps(first).count("GPU-215b0000-4051-e06b-d9f9-dbc8422f95df") == 3
+    assert json.dumps(second).count("GPU-215b0000-4051-e06b-d9f9-dbc8422f95df") == 3
+    walls = {run: {v: (row["wall_s"], row["detect_wall_s"], row["detect_processes"]) for v, row in rows.items()
+                   if v != "warm-up"} for run, rows in (("first", first), ("second", second))}
+    assert walls["first"] == {"9@0:auto": (70.338, 50.27, 64), "9@0/64:auto": (63.142, 43.33, 32),
+                              "9@0/113:auto": (63.117, 42.237, 18)}
+    assert walls["second"] == {"9@0/113:auto": (58.587, 40.564, 18), "9@0:auto": (67.535, 48.708, 64),
+                               "9@0/128:auto": (65.176, 43.933, 16)}
+    for rows in (first, second):
+        assert all(row["affected"] == 1333 for v, row in rows.items() if v != "warm-up")
+        assert all(row["verdicts_identical_to_baseline"] for v, row in rows.items() if "speedup" in row)
+    # the first run's last variants did not run: the bench stopped at a batch over the CLI's bound
+    assert "--batch 226: must be a whole number from 0 to 128" in (
+        FIXTURE / "batch-size" / "first" / "bench-scan.err").read_text()
+    # the automatic size is now what won: two batches per worker
+    from kvdiag.engine.scan.batch import auto_batch_size
+    assert auto_batch_size(2034, 9) == 113

@@ -46,6 +46,9 @@ class Staged:
     space: CaseSpace
     per_case: ScanRun
     batched: ScanRun           # batches of 3 over MIXED_SPACE (hang and crash included)
+    batched_calls: list[str]   # the stand-in's -p regex per process of `batched`
+    whole: ScanRun             # one batch of every case of MIXED_SPACE
+    whole_calls: list[str]
     clean_build: Path
     clean: ScanRun             # batches of 4 over the diverging and OK cases only
 
@@ -57,9 +60,20 @@ def staged(tmp_path_factory) -> Staged:
         per_case = run_scan_in_process(entry, target, RunDir(root / "per-case"), space, 2, batch=1)
         (build / "invocations.log").unlink()
         batched = run_scan_in_process(entry, target, RunDir(root / "batched"), space, 2, batch=3)
+        batched_calls = calls(build)
+        whole = run_scan_in_process(entry, target, RunDir(root / "whole"), space, 2, batch=len(MIXED_SPACE))
+        whole_calls = calls(build)
         clean_build, clean_target, clean_space = stage_space(kv, RunDir(root / "enumerate-clean"), CLEAN_SPACE)
         clean = run_scan_in_process(entry, clean_target, RunDir(root / "clean"), clean_space, 2, batch=4)
-        yield Staged(build, space, per_case, batched, clean_build, clean)
+        yield Staged(build, space, per_case, batched, batched_calls, whole, whole_calls, clean_build, clean)
+
+
+def calls(build: Path) -> list[str]:
+    """The -p regex of each process the stand-in ran since the last call (its log is then removed)."""
+    log = build / "invocations.log"
+    lines = log.read_text().splitlines()
+    log.unlink()
+    return lines
 
 
 def judged(run: ScanRun) -> dict[str, tuple]:
@@ -129,25 +143,45 @@ def test_batches_run_on_a_terminal_with_the_report_in_the_stream(staged):
         assert "ERROR SUMMARY" in stdout and "FLASH_ATTN_EXT(" in stdout
 
 
-def test_a_batch_that_dies_or_hangs_hands_its_cases_back_to_run_alone(staged):
+def test_a_batch_that_dies_or_hangs_keeps_its_finished_cases_and_runs_the_rest_again(staged):
     r = staged.batched.result
     again = [b for b in r.batches if b["again"]]
     reasons = " | ".join(b["why_again"] for b in again)
-    assert len(again) == 2 and [b["judged"] for b in r.batches].count(2) == 2
+    # [affected, crash, affected] and [affected, hang, OK]: each judged its first case, whose status printed
+    assert len(again) == 2 and [b["judged"] for b in r.batches].count(1) == 2
+    assert [b["judged"] for b in r.batches].count(2) == 2
     assert f"timed out: no output for {HANG_TIMEOUT:.1f} s" in reasons       # the hang's batch
     assert "the process did not finish (exit 6)" in reasons   # the crash's batch: the tool exits with the signal number
-    lines = Counter((staged.build / "invocations.log").read_text().splitlines())
-    # the cases of those two batches ran again, each alone, by its exact regex
+    lines = Counter(staged.batched_calls)
+    # the case each batch was running, and the one after it (a half of one), ran again alone by its exact regex
     alone = {line for line in lines if not line.startswith("^(")}
-    assert alone == {exact_case_regex(p) for p in MIXED_SPACE[0::4] + MIXED_SPACE[1::4]}
-    assert r.ran_alone() == sum(b["again"] for b in again) == 6
-    assert r.processes == 4 + 6 and r.to_dict()["processes"] == 10   # 4 batches, then 6 alone
+    assert alone == {exact_case_regex(p) for p in (CRASH, MIXED_SPACE[8], HANG, MIXED_SPACE[9])}
+    assert exact_case_regex(MIXED_SPACE[0]) not in alone and exact_case_regex(MIXED_SPACE[1]) not in alone
+    assert r.ran_alone() == sum(b["again"] for b in again) == 4
+    assert r.processes == 4 + 4 and r.to_dict()["processes"] == 8   # 4 batches, then 4 alone
     assert staged.per_case.result.processes == len(MIXED_SPACE)
     hang = r.results[HANG]
     assert hang.reason.startswith(f"timed out after {HANG_TIMEOUT:.1f} s (process group killed)")
+    # the cases judged in a batch that then died name that batch and their lines in it
+    (command,) = r.results[MIXED_SPACE[0]].commands
+    assert command["argv"][-1] == batch_regex(MIXED_SPACE[0::4]) and command["batch_lines"][0] >= 1
     # no process is left: the batches', the single runs', the hang's grandchildren
     pids = recorded_pids(staged.build)
     assert wait_until(lambda: all(pid_gone(p) for p in pids), 10), [p for p in pids if not pid_gone(p)]
+
+
+def test_one_bad_case_costs_a_batch_of_every_case_halves_not_a_process_per_case(staged):
+    """The listing: 4 cases, CRASH, HANG, 4 cases. The batch dies at CRASH: the 4 before it are judged there,
+    CRASH runs alone, the 5 after it in two batches; the first of those hangs at HANG at once, which runs
+    alone, its 2 others in halves of one; the second is judged whole. Alone, each case was a process."""
+    r = staged.whole.result
+    assert judged(staged.whole) == judged(staged.per_case)
+    rows = [(b["cases"], b["judged"], b["again"], b["split"]) for b in r.batches]   # cases, judged, alone, halved
+    assert rows[0] == (10, 4, 1, 5) and sorted(rows[1:]) == [(2, 2, 0, 0), (3, 0, 3, 0)]
+    alone = sorted(line for line in staged.whole_calls if not line.startswith("^("))
+    assert alone == sorted(exact_case_regex(p) for p in (CRASH, HANG, MIXED_SPACE[6], MIXED_SPACE[7]))
+    assert r.processes == len(staged.whole_calls) == 3 + 4 < len(MIXED_SPACE)
+    assert r.ran_alone() == 4
 
 
 def test_the_scan_table_says_how_the_cases_were_run(staged):
@@ -179,9 +213,10 @@ def test_batch_regex_matches_exactly_its_cases():
 
 
 @pytest.mark.parametrize("cases, workers, size", [
-    (132, 8, 17), (132, 16, 9), (3, 8, 1), (10_000, 8, MAX_BATCH), (0, 8, 1), (5, 0, 1)])
-def test_auto_batch_size_gives_each_worker_one_batch(cases, workers, size):
+    (132, 8, 9), (132, 16, 5), (2034, 9, 113), (3, 8, 1), (10_000, 8, MAX_BATCH), (0, 8, 1), (5, 0, 1)])
+def test_auto_batch_size_gives_each_worker_two_batches(cases, workers, size):
     assert auto_batch_size(cases, workers) == size
+    assert MAX_BATCH == 128
 
 
 def test_only_a_test_backend_ops_step_with_a_params_regex_is_batched(d2):

@@ -177,7 +177,7 @@ def test_a_route_process_that_cannot_start_sends_its_cases_to_the_detect_phase_i
     assert failure[0].startswith("route: 1 route process(es) could not start (cannot execute ")
     assert failure[0].endswith(f"their {len(CASES)} case(s) go to the detect phase unrouted, in batches")
     assert result.ran_alone() == 0
-    assert result.phases["detect"]["processes"] == -(-len(CASES) // scan_batch.MAX_BATCH)
+    assert result.phases["detect"]["processes"] == -(-len(CASES) // result.batch_size)
     assert sorted(sanitized(build)) == sorted(CASES)
     assert_verdicts(result)
     assert "route: 1 route process(es) could not start (cannot execute " in render_scan(result, root)
@@ -206,5 +206,5 @@ def test_a_batch_whose_program_cannot_run_gives_its_cases_the_error_without_a_pr
     assert {a.verdict for a in result.results.values()} == {Verdict.SKIPPED}
     reason = next(iter(result.results.values())).reason
     assert reason.startswith("not run: its batch's process could not start: program is not executable: ")
-    assert result.processes == len(result.batches) == -(-len(CASES) // scan_batch.MAX_BATCH)
+    assert result.processes == len(result.batches) == -(-len(CASES) // result.batch_size)
     assert result.ran_alone() == 0 and not (build / "invocations.log").exists()

@@ -11,6 +11,8 @@ the verdicts case by case and read what each phase ran.
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,7 +87,7 @@ def scans(tmp_path_factory) -> Scans:
         filtered = run_phases(entry, probe, RunDir(root / "filtered"), not_routed=None,
                               kernel_filter="flash_attn_ext_f16", instrument_note="only D924's kernels", **common)
         by_kernel = run_phases(entry, probe, RunDir(root / "by-kernel"), not_routed=None, kernel_filter=None,
-                               instrument_note="", batch_order="by-kernel", **common)
+                               instrument_note="", batch_order="by-kernel", **{**common, "batch": 5})
         more_routers = run_phases(entry, probe, RunDir(root / "route-jobs"), not_routed=None, kernel_filter=None,
                                   instrument_note="", route_workers=4, **common)
         yield Scans(entry, build, space, direct, routed, filtered, by_kernel, first, second, more_routers)
@@ -334,7 +336,7 @@ def test_by_kernel_batches_hold_the_cases_that_launched_the_same_kernels(scans):
     assert len(k44) == 4 and len({log(p) for p in k44}) == 1 and log(k44[0]).startswith("batch")
     assert scans.by_kernel.phases["batch_order"] == "by-kernel" and scans.routed.phases["batch_order"] == "dealt"
     dealt = {Path(scans.routed.results[p].commands[0]["stdout_path"]).name for p in k44}
-    assert len(dealt) == 2                                    # dealt round robin: spread over both batches
+    assert len(dealt) >= 2                                    # dealt round robin: spread over the batches
 
 
 def test_ctrl_c_in_the_route_phase_keeps_what_was_routed_and_sanitizes_nothing(tmp_path_factory):
@@ -432,3 +434,33 @@ def test_the_cli_routes_by_default_and_says_why_when_it_cannot(cli_scan, capsys)
             "KVDIAG_LAUNCH_LISTER=0); every case runs under the sanitizer") in err
     assert ("phases: not routed: the build's own test-backend-ops lists no kernel launches (not a ninja build; "
             "KVDIAG_LAUNCH_LISTER=0)") in out
+
+
+def test_a_benchmark_variant_that_gives_no_record_is_a_row_and_the_next_variants_still_run(scans, monkeypatch, capsys):
+    """Session 31's bench lost its last variant to the one before it (`--batch 226`, over the CLI's bound)."""
+    import importlib.util
+
+    from engine_helpers import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_scan", REPO / "benchmarks" / "bench_scan.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    routed = scans.routed.to_dict()
+    ran = []
+
+    def fake_scan(build, entry, jobs, devices, limit, env, batch="", program="", params=None, options=()):
+        ran.append(batch)
+        if batch == "226":
+            raise bench.VariantFailed("scan 2@0/226 gave no JSON (rc 64): kvdiag: --batch 226: out of range")
+        return routed
+
+    monkeypatch.setattr(bench, "scan", fake_scan)
+    monkeypatch.setattr(sys, "argv", ["bench_scan.py", "--build", "b", "--variant", "2@0:auto",
+                                      "--variant", "2@0/226:auto", "--variant", "2@0/5:auto"])
+    assert bench.main() == 1
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert ran == ["1", "", "226", "5"]                         # the warm-up, then every variant
+    assert [row["variant"] for row in rows] == ["warm-up", "2@0:auto", "2@0/226:auto", "2@0/5:auto"]
+    assert rows[2] == {"variant": "2@0/226:auto", "error": "scan 2@0/226 gave no JSON (rc 64): kvdiag: --batch 226: "
+                                                           "out of range"}
+    assert rows[3]["speedup"] == 1.0

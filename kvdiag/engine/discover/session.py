@@ -35,7 +35,7 @@ from kvdiag.engine.discover.roots import relative_paths
 from kvdiag.engine.discover.routing import SharedMemoryRouter, plan_routing
 from kvdiag.engine.discover.space import SuiteSpace, list_suite
 from kvdiag.engine.verdict.target import controls_gate_provider
-from kvdiag.engine.scan.batch import MAX_BATCH, cases_per_pattern, deal
+from kvdiag.engine.scan.batch import cases_per_pattern, deal
 from kvdiag.engine.verdict.target import prepare_target
 from kvdiag.errors import CaseListingFailed, ScanNotRun
 from kvdiag.home import kvdiag_home
@@ -194,9 +194,15 @@ def tool_gates(provider, asked: Sequence[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+MAX_BATCH = 32
+"""Discovery's automatic batch: at most this many cases a process. A suite's processes are many and
+mixed (each op and tool its own), so they already even the load out; a scan's single op takes larger
+batches (scan_batch.MAX_BATCH)."""
+
+
 def batch_size(total: int, all_workers: int, batch: int, cases: Sequence[str]) -> int:
     """Cases per process: ``batch``, or 0: as many as spread ``total`` cases evenly over the workers,
-    at most scan_batch.MAX_BATCH; never more than one -p regex holds."""
+    at most MAX_BATCH; never more than one -p regex holds."""
     size = batch or max(1, min(MAX_BATCH, -(-max(1, total) // max(1, all_workers))))
     return max(1, min(size, cases_per_pattern(cases)))
 
