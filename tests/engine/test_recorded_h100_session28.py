@@ -21,20 +21,10 @@ from kvdiag.proc.mps import CONTROL_SOCKET_TYPE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_recorded_h100_session18_discover import read_gz  # noqa: E402
-from sampled_load import busy_cores, gpu_samples  # noqa: E402
+from sampled_load import arm_span, busy_cores, chain_stamps, gpu_samples  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "device" / "h100-session28"
 ARMS = ("mps-j16", "mps-j16-cores8")
-
-
-def stamps() -> dict[str, int]:
-    """The script's time stamps: what happened -> the Unix time."""
-    return {" ".join(line.split()[3:]): int(line.split()[0]) for line in (FIXTURE / "chain.txt").read_text().splitlines()}
-
-
-def span(arm: str) -> tuple[int, int]:
-    at = stamps()
-    return at[f"arm {arm} begins"], at[f"arm {arm} ends rc=0"]
 
 
 def saved(arm: str) -> dict:
@@ -49,7 +39,7 @@ def test_one_h100_its_settings_untouched_and_the_tree_built_from_a_tarball():
     env = (FIXTURE / "env.txt").read_text()
     assert "NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04, Default" in env and "2025.3.1" in env
     assert (FIXTURE / "compute-mode.txt").read_text().splitlines() == ["NVIDIA H100 80GB HBM3, Default"] * 2
-    at = stamps()
+    at = chain_stamps(FIXTURE)
     assert at["ggml built rc=0"] - at["extracted rc=0"] == 245
     assert "[176/176] Linking CXX executable bin/test-backend-ops" in (FIXTURE / "builds.txt").read_text()
     assert "built in 28.8 s" in (FIXTURE / "warmup.txt").read_text()
@@ -92,10 +82,10 @@ def test_half_the_cores_took_1_44_times_the_wall_and_23_percent_less_cpu():
     assert round(narrow["discover_wall_s"] / wide["discover_wall_s"], 2) == 1.44     # 2 if the host bound, 1 if not
     assert (wide["cpu_s"], narrow["cpu_s"]) == (2869.7, 2216.5)
     assert round(1 - narrow["cpu_s"] / wide["cpu_s"], 2) == 0.23
-    assert round(busy_cores(FIXTURE, *span("mps-j16")), 2) == 14.12
-    assert round(busy_cores(FIXTURE, *span("mps-j16-cores8")), 2) == 7.76
+    assert round(busy_cores(FIXTURE, *arm_span(FIXTURE, "mps-j16")), 2) == 14.12
+    assert round(busy_cores(FIXTURE, *arm_span(FIXTURE, "mps-j16-cores8")), 2) == 7.76
     for arm, busy in (("mps-j16", 75.1), ("mps-j16-cores8", 78.3)):
-        memory, used = gpu_samples(FIXTURE, *span(arm))
+        memory, used = gpu_samples(FIXTURE, *arm_span(FIXTURE, arm))
         assert round(sum(used) / len(used), 1) == busy and max(memory) < 7000
 
 

@@ -20,22 +20,12 @@ from kvdiag.records.verdict import Verdict
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_recorded_h100_session18_discover import read_gz  # noqa: E402
 from test_recorded_h100_session21 import recorded_attempt  # noqa: E402
-from sampled_load import busy_cores, gpu_samples  # noqa: E402
+from sampled_load import arm_span, busy_cores, chain_stamps, gpu_samples  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "device" / "h100-session31"
 RUNS = FIXTURE / "runs"
 D2_UNDER_MPS = "20261207-215213.522277-0002-D2"
 ARMS = ("mps-j16", "mps-j16-blocking", "mps-j24-blocking")
-
-
-def stamps() -> dict[str, int]:
-    """The script's time stamps: what happened -> the Unix time."""
-    return {" ".join(line.split()[3:]): int(line.split()[0]) for line in (FIXTURE / "chain.txt").read_text().splitlines()}
-
-
-def span(arm: str) -> tuple[int, int]:
-    at = stamps()
-    return at[f"arm {arm} begins"], at[f"arm {arm} ends rc=0"]
 
 
 def bench(arm: str) -> dict:
@@ -54,7 +44,7 @@ def test_one_h100_its_settings_untouched_and_the_carried_build_passed_abs_in_six
     env = (FIXTURE / "env.txt").read_text()
     assert "NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04, Default" in env and "2025.3.1" in env
     assert (FIXTURE / "compute-mode.txt").read_text().splitlines() == ["NVIDIA H100 80GB HBM3, Default"] * 2
-    at = stamps()
+    at = chain_stamps(FIXTURE)
     # Joined from two carried halves, checked against the recorded sha256, unpacked, run: no build on the device.
     assert at["carried build runs rc=0"] - at["start"] == 5
     abs_run = (FIXTURE / "ggml-carried-abs.txt").read_text()
@@ -95,8 +85,8 @@ def test_sleeping_waits_freed_no_core_and_24_processes_gained_nothing():
     assert all(line.endswith("status=0") for line in
                (FIXTURE / "blocking-sync-auto-jobs-16-blocking-sync.log").read_text().splitlines())
     for arm in ARMS:
-        assert round(busy_cores(FIXTURE, *span(arm)), 1) == 12.7
-        memory, _ = gpu_samples(FIXTURE, *span(arm))
+        assert round(busy_cores(FIXTURE, *arm_span(FIXTURE, arm)), 1) == 12.7
+        memory, _ = gpu_samples(FIXTURE, *arm_span(FIXTURE, arm))
         assert max(memory) < 6100
 
 
