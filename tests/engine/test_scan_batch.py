@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_helpers import pid_gone, wait_until  # noqa: E402
 from test_scan import (  # noqa: E402
-    CRASH, DIVERGING, HANG, HANG_TIMEOUT, OK_CASES, OP, SITE, SUPPORTED_ORDER, recorded_pids,
+    CRASH, DIVERGING, HANG, case, HANG_TIMEOUT, OK_CASES, OP, SITE, SUPPORTED_ORDER, recorded_pids,
     run_scan_in_process, scan_scenarios, stage_space, ScanRun,
 )
 
@@ -182,6 +182,26 @@ def test_one_bad_case_costs_a_batch_of_every_case_halves_not_a_process_per_case(
     assert alone == sorted(exact_case_regex(p) for p in (CRASH, HANG, MIXED_SPACE[6], MIXED_SPACE[7]))
     assert r.processes == len(staged.whole_calls) == 3 + 4 < len(MIXED_SPACE)
     assert r.ran_alone() == 4
+
+
+def test_a_case_a_finished_batch_printed_no_status_for_runs_alone_and_is_not_lost(tmp_path_factory):
+    """The program finished its walk but never reached one case of the batch (here: a case it does not list,
+    put in the space by hand): the batch's other cases are judged there, that one runs again alone."""
+    ghost = case("4,1", 2048, 32)                        # an OK-shaped case the stand-in does not list
+    with scan_scenarios(tmp_path_factory, "scan-batch-ghost", "D922") as (root, kv, entry):
+        build, target, space = stage_space(kv, RunDir(root / "enumerate"), CLEAN_SPACE)
+        space = dataclasses.replace(space, supported=(*space.supported, ghost))
+        run = run_scan_in_process(entry, target, RunDir(root / "ghost"), space, 1, batch=len(space.supported))
+    r = run.result
+    assert set(r.results) == {*CLEAN_SPACE, ghost}                       # every case has a verdict
+    (row,) = r.batches
+    assert (row["judged"], row["again"], row["split"]) == (len(CLEAN_SPACE), 1, 0)
+    assert row["why_again"] == "no status of their own in the batch, or FAIL"
+    alone = [line for line in calls(build) if not line.startswith("^(")]
+    assert alone == [exact_case_regex(ghost)]
+    assert {p for p, _ in r.affected} == set(DIVERGING)
+    assert {p for p, _ in r.by_verdict(Verdict.NOT_REPRODUCED)} == set(OK_CASES)
+    assert r.results[ghost].verdict is not Verdict.NOT_REPRODUCED      # nothing ran: never a clean verdict
 
 
 def test_the_scan_table_says_how_the_cases_were_run(staged):

@@ -14,8 +14,8 @@ Whatever cannot be trusted runs again, and no more of it than must: in a process
 died or hung, each case that printed its status is complete and judged there; the case
 that was running runs again alone and the cases after it in two new batches. A report the
 split cannot account for sends its batch again in two halves; a case with no status or a
-FAIL (whose exit status would be its own when alone) runs again alone. So a batch's size
-does not bound what one bad case costs the scan (halves, not one process per case). A
+FAIL (whose exit status would be its own when alone) runs again alone. So one bad case
+costs a few more processes (halves), not one per case of its batch, whatever its size. A
 process that could not start at all says nothing about its cases: a command line too long
 for the kernel is cut in two batches, any other exec error is every case's reason (alone,
 each would fail the same).
@@ -212,9 +212,9 @@ def run_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, numb
         out.why_again = ended
     for index, case in cases:
         segment = split.segment(case)
-        if segment is None:
-            continue
-        if segment.case.status not in _JUDGED_HERE:
+        if segment is None and ended is not None:
+            continue                                    # sent again above
+        if segment is None or segment.case.status not in _JUDGED_HERE:
             out.again.append(case)
             continue
         obs = observe_segment(bstep, text, split, segment, launch_listed(planned))
