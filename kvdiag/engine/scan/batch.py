@@ -15,7 +15,8 @@ died or hung, each case that printed its status is complete and judged there; th
 that was running runs again alone and the cases after it in two new batches. A report the
 split cannot account for sends its batch again in two halves; a case with no status or a
 FAIL (whose exit status would be its own when alone) runs again alone. So one bad case
-costs a few more processes (halves), not one per case of its batch, whatever its size. A
+costs a few more processes (halves), not one per case of its batch, whatever its size; at
+worst, every case bad, a batch of n takes about 2n processes where one per case took n + 1. A
 process that could not start at all says nothing about its cases: a command line too long
 for the kernel is cut in two batches, any other exec error is every case's reason (alone,
 each would fail the same).
