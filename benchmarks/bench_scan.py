@@ -32,7 +32,7 @@ ideal; issue "Multi-GPU": `8@0 8@0,1` speed-up >= 1.7, verdicts identical; issue
 affected set, case by case (`affected_identical_to_baseline`, and the cases on either side
 only, `affected_only_in_baseline` / `affected_only_here`).
 
-    python3 benchmarks/bench_scan.py --build B [--entry D2] [--params hsk] [--limit 48] \
+    python3 benchmarks/bench_scan.py --build B [--entry D2] [--op OP] [--params hsk] [--limit 48] \
         --variant 8@0:auto+noroute --variant 8@0:auto --variant 8@0:auto+entry
 """
 
@@ -53,10 +53,11 @@ OPTIONS = {"noroute": ["--no-route"], "route": ["--route"], "entry": ["--instrum
 
 
 def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env, batch: str = "",
-         program: str = "", params: str | None = None, options: tuple[str, ...] = ()) -> dict:
+         program: str = "", params: str | None = None, options: tuple[str, ...] = (), op: str | None = None) -> dict:
     argv = [sys.executable, "-m", "kvdiag", "scan", entry, "--build", build, "-j", str(jobs),
             "--devices", devices, "--format", "json"] + (["--batch", batch] if batch else [])
     argv += (["--program", program] if program else []) + (["--params", params] if params else [])
+    argv += ["--op", op] if op else []
     for option in options:
         if option.startswith("routej") and option[6:].isdigit():
             argv += ["--route-jobs", option[6:]]
@@ -163,6 +164,7 @@ def main() -> int:
     ap.add_argument("--entry", default="D2")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--params", default=None, help="the case space (scan --params), e.g. hsk")
+    ap.add_argument("--op", default=None, help="the op (scan --op), for an entry that declares no case space")
     ap.add_argument("--home", default=None, help="KVDIAG_HOME to use (default: a fresh one); a kept one keeps the "
                                                  "launch probe's program for later commands")
     ap.add_argument("--variant", action="append", default=[],
@@ -178,7 +180,7 @@ def main() -> int:
     started = time.monotonic()
     try:
         scan(args.build, args.entry, 1, parse_variant(variants[0])["devices"], 1, env, "1", "auto", args.params,
-             ("noroute",))
+             ("noroute",), op=args.op)
     except VariantFailed as exc:
         sys.exit(f"bench_scan: the warm-up failed: {exc}")
     print(json.dumps({"variant": "warm-up", "warmup_s": round(time.monotonic() - started, 1)}), flush=True)
@@ -190,7 +192,7 @@ def main() -> int:
         jobs, devices, batch = v["jobs"], v["devices"], v["batch"]
         try:
             data = scan(args.build, args.entry, int(jobs), devices, args.limit, env, batch, v["program"], args.params,
-                        v["options"])
+                        v["options"], op=args.op)
         except VariantFailed as exc:
             print(json.dumps({"variant": name, "error": str(exc)}), flush=True)
             failed = True

@@ -448,7 +448,7 @@ def test_a_benchmark_variant_that_gives_no_record_is_a_row_and_the_next_variants
     routed = scans.routed.to_dict()
     ran = []
 
-    def fake_scan(build, entry, jobs, devices, limit, env, batch="", program="", params=None, options=()):
+    def fake_scan(build, entry, jobs, devices, limit, env, batch="", program="", params=None, options=(), op=None):
         ran.append(batch)
         if batch == "226":
             raise bench.VariantFailed("scan 2@0/226 gave no JSON (rc 64): kvdiag: --batch 226: out of range")
@@ -464,3 +464,29 @@ def test_a_benchmark_variant_that_gives_no_record_is_a_row_and_the_next_variants
     assert rows[2] == {"variant": "2@0/226:auto", "error": "scan 2@0/226 gave no JSON (rc 64): kvdiag: --batch 226: "
                                                            "out of range"}
     assert rows[3]["speedup"] == 1.0
+
+
+def test_bench_scan_passes_op_to_every_scan_for_an_entry_that_declares_no_case_space(monkeypatch, capsys, scans):
+    """Session 32's bench of D1 stopped at its warm-up: D1 declares no case space, and the bench had no --op."""
+    import importlib.util
+    import subprocess
+
+    from engine_helpers import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_scan", REPO / "benchmarks" / "bench_scan.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argvs = []
+
+    def fake_run(argv, **kwargs):
+        argvs.append(argv)
+        return subprocess.CompletedProcess(argv, 1, stdout=json.dumps(scans.routed.to_dict()), stderr="")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setattr(sys, "argv", ["bench_scan.py", "--build", "b", "--entry", "D1", "--op", "FLASH_ATTN_EXT",
+                                      "--params", "hsk=320", "--variant", "9@0/1", "--variant", "9@0/16"])
+    assert bench.main() == 0
+    assert len(argvs) == 3                                      # the warm-up, then each variant
+    for argv in argvs:
+        assert argv[argv.index("--op") + 1] == "FLASH_ATTN_EXT" and argv[argv.index("--params") + 1] == "hsk=320"
+    assert [argv[argv.index("--batch") + 1] for argv in argvs] == ["1", "1", "16"]
