@@ -10,7 +10,9 @@ kernels), `entry` (`--instrument entry`: the sanitizer instruments only the entr
 `bykernel` (`--batch-order by-kernel`: the sanitized batches hold cases that launched the same
 kernels in the route phase), `routejN` (`--route-jobs N`: N processes for the route phase),
 `slotsN` (`KVDIAG_GPU_SLOTS=N` for that variant: N GPU processes at once instead of one per
-16 GiB, at most 8), `overlap` / `nooverlap` (`--overlap` / `--no-overlap`, kvdiag's default: the detect phase starts
+16 GiB, at most 8), `initN` (`benchmarks/shims/init_threads.c`, built once with ``cc``, preloaded for that
+variant: each test-backend-ops process fills its inputs on N threads instead of one per core; the row's
+`init_threads` says how many processes the shim answered), `overlap` / `nooverlap` (`--overlap` / `--no-overlap`, kvdiag's default: the detect phase starts
 on each batch as its cases are routed, or once every case is routed).
 A routed variant prints each phase's cases, processes and wall (`route_*`, `detect_*`; overlapped,
 the detect wall runs from its first batch), whether the phases overlapped (`overlap`), and
@@ -58,12 +60,19 @@ def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env
             "--devices", devices, "--format", "json"] + (["--batch", batch] if batch else [])
     argv += (["--program", program] if program else []) + (["--params", params] if params else [])
     argv += ["--op", op] if op else []
+    init_threads, init_log = "", ""
     for option in options:
         if option.startswith("routej") and option[6:].isdigit():
             argv += ["--route-jobs", option[6:]]
             continue
         if option.startswith("slots") and option[5:].isdigit():
             env = dict(env, KVDIAG_GPU_SLOTS=option[5:])    # this variant's slot pool only
+            continue
+        if option.startswith("init") and option[4:].isdigit():
+            init_threads = option[4:]
+            init_log = tempfile.mkstemp(prefix="kvdiag-bench-init-threads-", suffix=".log")[1]
+            env = dict(env, LD_PRELOAD=init_threads_shim(), KVDIAG_INIT_THREADS=init_threads,
+                       KVDIAG_INIT_THREADS_LOG=init_log)
             continue
         if option not in OPTIONS:
             sys.exit(f"bench_scan: unknown variant option +{option} (known: {', '.join(OPTIONS)})")
@@ -72,10 +81,42 @@ def scan(build: str, entry: str, jobs: int, devices: str, limit: int | None, env
         argv += ["--limit", str(limit)]
     out = subprocess.run(argv, capture_output=True, text=True, env=env)
     try:
-        return json.loads(out.stdout)
+        data = json.loads(out.stdout)
     except json.JSONDecodeError:
         raise VariantFailed(f"scan {jobs}@{devices}/{batch or 'default'} gave no JSON (rc {out.returncode}): "
                             f"{out.stderr.strip()[-400:]}") from None
+    if init_threads:
+        data["bench_init_threads"] = init_threads_answers(init_log, init_threads)
+    return data
+
+
+INIT_SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shims", "init_threads.c")
+_built_init_shim: list[str] = []
+
+
+def init_threads_shim() -> str:
+    """benchmarks/shims/init_threads.c compiled once per bench run (exit with one line when it cannot be)."""
+    if not _built_init_shim:
+        shim = os.path.join(tempfile.mkdtemp(prefix="kvdiag-bench-shim-"), "init_threads.so")
+        try:
+            done = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", shim, INIT_SHIM, "-ldl"],
+                                  capture_output=True, text=True, timeout=120)
+        except OSError as exc:
+            sys.exit(f"bench_scan: the init-threads shim did not build: {exc}")
+        if done.returncode != 0:
+            sys.exit(f"bench_scan: the init-threads shim did not build: {done.stderr.strip()[:300]}")
+        _built_init_shim.append(shim)
+    return _built_init_shim[0]
+
+
+def init_threads_answers(log: str, threads: str) -> dict:
+    """What the shim's log says: how many test-backend-ops processes it answered, and where the log is."""
+    try:
+        with open(log) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        lines = []
+    return {"threads": int(threads), "processes_answered": sum("(the shim's)" in line for line in lines), "log": log}
 
 
 class VariantFailed(Exception):
@@ -99,6 +140,8 @@ def summary(name: str, jobs: int, devices: str, data: dict, base: dict | None) -
            "batch_size": data.get("batch_size"), "processes": data.get("processes"),
            "ran_alone_after_batch": data.get("ran_alone_after_batch", 0)}
     row["program"] = (data.get("program") or {}).get("path")
+    if data.get("bench_init_threads"):
+        row["init_threads"] = data["bench_init_threads"]
     row.update(phase_walls(data))
     if base is not None:
         row["speedup"] = round(base["wall_s"] / data["wall_s"], 2)
