@@ -185,3 +185,32 @@ def test_inside_a_range_a_kernel_compiled_but_not_launched_is_inconclusive(d2, b
     assert len(clean) == 6 and all(a.verdict is Verdict.INCONCLUSIVE for a in clean)
     assert "none of kernels matching /^flash_attn_ext_f16/ launched in this run" in clean[0].reason
     assert not _built_without(clean)
+
+
+def test_a_listing_is_matched_against_the_entry_once_whatever_the_cases(d2):
+    """A route phase asks for every case that reached none of the entry's kernels (902 for D2 over hsk);
+    matching ggml's 6201 kernels took 4.6 ms a case, so the answer is kept per listing and entry."""
+    from kvdiag.engine.evidence import launch_proof
+
+    launch_proof._compiled_kernels.cache_clear()
+    symbols = listing("fattn-standin")
+    launched = parse_launches(launch_text("k_get_rows_float<float, float>"))
+    context = LaunchContext(symbols=lambda: symbols, per_case=True)
+    texts = {judge_launch(d2, launched, True, context, tool="synccheck").text for _ in range(50)}
+    info = launch_proof._compiled_kernels.cache_info()
+    assert (info.misses, info.hits) == (1, 49)
+    assert texts == {"this case launched no kernel the entry is about (launched: k_get_rows_float<float, float>)"}
+    again = KernelSymbols(symbols.library, symbols.tool, symbols.kernels[:-1])    # another listing: its own answer
+    judge_launch(d2, launched, True, LaunchContext(symbols=lambda: again, per_case=True), tool="synccheck")
+    assert launch_proof._compiled_kernels.cache_info().misses == 2
+
+
+def test_a_listing_that_cannot_be_a_key_is_matched_each_time(d2):
+    from types import SimpleNamespace
+
+    unhashable = SimpleNamespace(kernels=["flash_attn_ext_f16<64, 64, 8, 1, false, false>"], listed=True,
+                                 tool="stand-in", describe=lambda: "a stand-in listing")
+    unhashable.__hash__ = None
+    launched = parse_launches(launch_text("k_get_rows_float<float, float>"))
+    j = judge_launch(d2, launched, True, LaunchContext(symbols=lambda: unhashable, per_case=True), tool="synccheck")
+    assert j.verdict is Verdict.NOT_APPLICABLE
