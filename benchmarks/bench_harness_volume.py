@@ -28,7 +28,7 @@ TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS), str(TESTS / "engine")]
 
 from engine_helpers import ALLOWED, REGISTRY, read_recorded  # noqa: E402
-from kvdiag.engine.verdict.execute import no_sanitizer_gate  # noqa: E402
+from kvdiag.controls.gate import no_sanitizer_gate  # noqa: E402
 from kvdiag.engine.scan.cases import enumerate_cases  # noqa: E402
 from kvdiag.engine.scan.phases import run_phases  # noqa: E402
 from kvdiag.probes.program_rebuild import ProbeProgram  # noqa: E402

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from kvdiag.engine.scan import dispatch as dispatch_module
 from kvdiag.engine.scan.dispatch import UnitFeed, dispatch
 
 LIMIT_S = 20
@@ -89,7 +90,10 @@ def test_an_empty_closed_feed_ends_at_once():
     assert run.ended(5) and run.returned == [False] and run.started == []
 
 
-def test_units_handed_back_run_before_the_feeds():
+def test_units_handed_back_run_before_the_feeds(monkeypatch):
+    """Handed back, a unit goes to the front of the queue (one unit in flight per worker here, so that the
+    queue's order is the start order; with more, a queued unit may start while "first" is still judged)."""
+    monkeypatch.setattr(dispatch_module, "UNITS_PER_WORKER", 1)
     feed: UnitFeed[str] = UnitFeed()
     gate = threading.Event()
 

@@ -133,3 +133,20 @@ def test_each_recorded_batch_log_splits_into_exactly_the_cases_its_record_judged
             assert split.backend_ops.finished is not died, (name, number)
             if died:
                 assert "fattn.cu:380: fatal error" in text
+
+
+def test_slots_stood_idle_after_the_route_phase_and_between_the_detect_waves():
+    """Where the second scan's 79 s went beyond its processes (kvdiag.proc.turns, engine.evidence.launch_proof's
+    compiled_kernels): the first detect batch started 7.3 s after the last route process ended, and six of the
+    nine second-wave batches started 7 s or more after a first-wave batch had ended."""
+    from datetime import datetime
+
+    timeline = json.loads((FIXTURE / "scan-d2-default-2-timeline.json").read_text())["commands"]
+    spans = {c["name"]: (datetime.fromisoformat(c["started_at"]).timestamp(), c["duration_s"]) for c in timeline}
+    route_end = max(start + took for name, (start, took) in spans.items() if name.startswith("route"))
+    batches = sorted((start, start + took) for name, (start, took) in spans.items() if name.startswith("batch"))
+    assert len(batches) == 18 and sum(name.startswith("route") for name in spans) == 9
+    assert round(batches[0][0] - route_end, 1) == 7.3
+    first_wave_ends = sorted(end for _, end in batches[:9])
+    late = [round(start - free, 1) for (start, _), free in zip(batches[9:], first_wave_ends)]
+    assert sum(gap >= 7.0 for gap in late) == 6 and max(late) < 10.5

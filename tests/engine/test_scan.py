@@ -340,7 +340,9 @@ def test_limit_runs_only_the_first_cases(kv, staged):
 
 def test_ctrl_c_keeps_every_finished_case_even_mid_recording(monkeypatch):
     """No processes: a Ctrl-C that lands while the finished cases of one wait() are being
-    recorded (here: in on_case) must keep all of them, not only the first."""
+    recorded (here: in on_case) must keep all of them, not only the first. One unit in flight per
+    worker, so that c5 and c6 are still queued then (with more, they may have started: their
+    processes' turns are kvdiag.proc.turns', tests/engine/test_dispatch_turns.py)."""
     quick_done = threading.Semaphore(0)
 
     def fake_attempt(entry, step, target, run_dir, index, label, options, gate_provider, name_prefix=None):
@@ -366,6 +368,7 @@ def test_ctrl_c_keeps_every_finished_case_even_mid_recording(monkeypatch):
 
     monkeypatch.setattr(scan_mod, "attempt_step", fake_attempt)
     monkeypatch.setattr(dispatch_mod, "wait", wait_after_the_quick_ones)   # the pool both phases share
+    monkeypatch.setattr(dispatch_mod, "UNITS_PER_WORKER", 1)
     entry = type("E", (), {"id": "D920", "scan": None, "default_step": None})()
     space = CaseSpace(OP, "x", tuple(f"c{i}" for i in range(1, 7)), ())
     r = scan(entry, None, RunDir(Path("unused")), space=space, workers=4, gate_provider=None, on_case=on_case)

@@ -40,6 +40,7 @@ from kvdiag.parse.text import cut_long_lines, cut_note, strip_ansi
 from kvdiag.proc.runner import CommandInterrupted, CommandNotFound, run_command
 from kvdiag.proc.sanitizer import DEVICE_ERROR_TOOLS, SanitizerInvocation
 from kvdiag.proc.slots import SlotPool, scan_slots
+from kvdiag.proc.turns import process_turn
 
 ROUTE = "route"         # a unit run with no sanitizer, only for its launch lines (engine.discover.routing)
 # A finding that destroys only its kernel lets the process go on to the batch's next case; racecheck's
@@ -135,13 +136,15 @@ def run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> Un
     """Run ``unit`` in one process and judge each of its cases from its share (see the module); its row
     says when it started and ended (engine.discover.occupancy: how many ran at once)."""
     started = time.time()
-    outcome = _run_unit(unit, runner, name=name, device=device)
-    if outcome.row:
-        outcome.row.update({STARTED: round(started, 2), ENDED: round(time.time(), 2)})
+    ran: dict[str, float] = {}
+    outcome = _run_unit(unit, runner, name=name, device=device, ran=ran)
+    if outcome.row:     # the process's own start and end: a unit may wait for its turn, and judges after
+        outcome.row.update({STARTED: round(ran.get(STARTED, started), 2), ENDED: round(ran.get(ENDED, time.time()), 2)})
     return outcome
 
 
-def _run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> UnitOutcome:
+def _run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None, ran: dict[str, float]) -> UnitOutcome:
+    """``ran``: when its process started and ended (Unix time), filled once it had its turn and its slot."""
     env = {"CUDA_VISIBLE_DEVICES": visible_value(device)} if device is not None else {}
     if runner.lists(unit):
         env["KVDIAG_PRINT_LAUNCHES"] = "1"
@@ -149,10 +152,14 @@ def _run_unit(unit: Unit, runner: Runner, *, name: str, device: Any = None) -> U
     started = time.monotonic()
     pool = SlotPool(device_key(device) if device is not None else "gpu0", scan_slots(runner.memory_bytes))
     try:
-        with pool.acquire(1, timeout=None):
-            result = run_command(runner.argv(unit), timeout=budget * len(unit.cases), quiet_timeout=budget,
-                                 log_dir=runner.log_dir, name=name, env_overrides=env or None, tty=True,
-                                 cancel=runner.cancel)
+        with process_turn(), pool.acquire(1, timeout=None):     # its turn among the dispatch's units, then a slot
+            started, ran[STARTED] = time.monotonic(), time.time()   # its wall is its process's, not its wait
+            try:
+                result = run_command(runner.argv(unit), timeout=budget * len(unit.cases), quiet_timeout=budget,
+                                     log_dir=runner.log_dir, name=name, env_overrides=env or None, tty=True,
+                                     cancel=runner.cancel)
+            finally:
+                ran[ENDED] = time.time()
     except CommandInterrupted:
         return _all_cut(unit, "interrupted (Ctrl-C) before it was judged", name, started)
     except CommandNotFound as exc:

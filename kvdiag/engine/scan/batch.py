@@ -176,6 +176,7 @@ def run_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, numb
     started = time.monotonic()
     try:
         with gpu_lease(entry, target, options):
+            started = time.monotonic()      # the batch's wall is its process's, not its wait for a turn
             result = run_command(argv, timeout=batch_timeout(step, len(params)), log_dir=run_dir.logs, name=name,
                                  env_overrides=planned.env or None, tty=True, cancel=options.cancel,
                                  quiet_timeout=step.timeout)

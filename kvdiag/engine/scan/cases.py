@@ -327,8 +327,11 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
             result.results.setdefault(params, attempt)
 
     units = units_of(numbered, size, alone, in_order) if feed is None else []
+    def not_started(unit) -> None:          # cancelled while it waited for its turn: no process
+        result.processes -= 1
+
     result.interrupted = dispatch(units, start, finish, workers=workers, devices=devices, cancel=cancel,
-                                  salvage=salvage, feed=feed)
+                                  salvage=salvage, feed=feed, not_started=not_started)
     result.wall_s = time.monotonic() - started
     return result
 

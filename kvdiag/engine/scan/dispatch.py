@@ -9,6 +9,11 @@ a route process's cases after the one it died in).
 Units may also arrive while it runs (a UnitFeed): the detect phase of an overlapped scan
 (engine.scan.overlap) starts on the first batches the route phase hands over, instead of waiting
 for every case to be routed.
+
+A worker's unit runs a process, then judges its output. UNITS_PER_WORKER units are in flight per worker,
+and each device's units share that device's proc.turns.Turns: at most ``workers`` of them have a process
+running, so a unit whose process ended judges while the next unit's process runs, instead of keeping a
+GPU slot idle while it reads megabytes of records (kvdiag.proc.turns says what that cost on an H100).
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Generic, Iterable, Sequence, TypeVar
 
+from kvdiag.proc.turns import NOT_STARTED, Turns, with_turns
+
 U = TypeVar("U")
 R = TypeVar("R")
 WAIT_S = 0.5          # how long one turn waits for a running unit to end
 FEED_POLL_S = 0.1     # a turn's wait while a feed is open and a worker is free: a unit that arrives starts soon
+UNITS_PER_WORKER = 2  # one whose process runs, one judging its output or waiting for its turn
 
 
 class UnitFeed(Generic[U]):
@@ -74,7 +82,7 @@ class UnitFeed(Generic[U]):
 def dispatch(units: Iterable[U], start: Callable[[U, Any], Callable[[], R]],
              finish: Callable[[U, R, Any], Iterable[U]], *, workers: int, devices: Sequence[Any],
              cancel: threading.Event, salvage: Callable[[R], None], name: str = "kvdiag-scan",
-             feed: UnitFeed[U] | None = None) -> bool:
+             feed: UnitFeed[U] | None = None, not_started: Callable[[U], None] | None = None) -> bool:
     """Run every unit with at most ``workers`` per device at once (``workers`` in all without devices).
 
     ``start(unit, device)`` is called here, in submission order (so it may number processes), and
@@ -88,9 +96,13 @@ def dispatch(units: Iterable[U], start: Callable[[U, Any], Callable[[], R]],
     finished (closed, every unit taken) and every unit has ended, or until ``cancel`` is set (by a
     Ctrl-C here, or by the caller: then it returns once the running units have ended, as without a
     feed). Units from the feed queue behind those already queued.
+
+    ``not_started(unit)``: called for a unit handed out whose process never started (cancelled while it
+    waited for its turn, kvdiag.proc.turns); it is neither finished nor salvaged, as if never handed out.
     """
     pinned = list(devices)
-    limit = workers * max(1, len(pinned))
+    limit = workers * max(1, len(pinned)) * UNITS_PER_WORKER
+    turns = [Turns(workers, cancel) for _ in (pinned or [None])]
     inflight = {i: 0 for i in range(len(pinned))}
     queue: deque[U] = deque(units)
     pending: dict[Future, tuple[U, int | None]] = {}
@@ -105,7 +117,8 @@ def dispatch(units: Iterable[U], start: Callable[[U, Any], Callable[[], R]],
             while queue and len(pending) < limit and not cancel.is_set():
                 unit = queue.popleft()
                 slot = min(inflight, key=inflight.get) if pinned else None
-                future = pool.submit(start(unit, pinned[slot] if slot is not None else None))
+                job = start(unit, pinned[slot] if slot is not None else None)
+                future = pool.submit(with_turns(job, turns[slot if slot is not None else 0]))
                 if slot is not None:
                     inflight[slot] += 1
                 pending[future] = (unit, slot)
@@ -121,7 +134,12 @@ def dispatch(units: Iterable[U], start: Callable[[U, Any], Callable[[], R]],
                 unit, slot = pending.pop(future)
                 if slot is not None:
                     inflight[slot] -= 1
-                again = list(finish(unit, future.result(), pinned[slot] if slot is not None else None))
+                outcome = future.result()
+                if outcome is NOT_STARTED:
+                    if not_started is not None:
+                        not_started(unit)
+                    continue
+                again = list(finish(unit, outcome, pinned[slot] if slot is not None else None))
                 queue.extendleft(reversed(again))
     except KeyboardInterrupt:
         cancel.set()
@@ -129,6 +147,10 @@ def dispatch(units: Iterable[U], start: Callable[[U, Any], Callable[[], R]],
             try:
                 outcome = future.result()
             except Exception:  # a worker that broke while being cancelled loses only its own unit
+                continue
+            if outcome is NOT_STARTED:
+                if not_started is not None and future in pending:     # not yet told by the loop above
+                    not_started(pending[future][0])
                 continue
             salvage(outcome)
         return True

@@ -188,8 +188,12 @@ def route(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, cases: S
             on_batch(batch)
         return [RouteUnit(tuple(batch.again), unit.round + 1)] if batch.again else []
 
+    def not_started(unit: RouteUnit) -> None:     # cancelled while it waited for its turn: no process
+        out.processes -= 1
+
     out.interrupted = dispatch(units, start, finish, workers=workers, devices=devices, cancel=cancel,
-                               salvage=out.absorb, name="kvdiag-route")   # salvage: no progress, as in scan
+                               salvage=out.absorb, name="kvdiag-route",      # salvage: no progress, as in scan
+                               not_started=not_started)
     out.wall_s = time.monotonic() - started
     return out
 
@@ -218,6 +222,7 @@ def route_batch(entry: Entry, step: Step, target: Target, run_dir: RunDir, *, nu
     started = time.monotonic()
     try:
         with gpu_lease(entry, target, options):
+            started = time.monotonic()      # the route process's wall is its own, not its wait for a turn
             result = run_command(tuple(planned.commands[0]), timeout=batch_timeout(step, len(params)),
                                  log_dir=run_dir.logs, name=name, env_overrides=planned.env or None, tty=True,
                                  cancel=options.cancel, quiet_timeout=step.timeout)

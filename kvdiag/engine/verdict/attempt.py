@@ -66,6 +66,7 @@ def _attempt(entry: Entry, step: Step, target: Target, run_dir: RunDir, index: i
         else:
             ran = run_commands(planned, target.sanitizer, run_dir.logs, name, budget, started=started, lease=lease,
                                progress=progress, label=label, cancel=options.cancel)
+        started += ran.waited_s       # its duration and budget count from when its process could start
         if ran.not_started is not None:
             return not_run(step, index, Verdict.SKIPPED, ran.not_started)
         # a server's observation has no budget, and one cut short is judged without its listing

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, ContextManager, Mapping, Sequence
+from typing import Any, ContextManager, Iterator, Mapping, Sequence
 
 from kvdiag.errors import UsageError
 from kvdiag.proc.slots import SlotPool, gpu_slots, scan_slots
+from kvdiag.proc.turns import process_turn
 from kvdiag.registry.entry import Entry
 
 
@@ -34,15 +35,23 @@ def device_key(device: Any) -> str:
 
 
 def gpu_lease(entry: Entry, target: Any, options: Any) -> ContextManager:
-    """A slot of the GPU's pool for GPU work, as the run's options (engine.verdict.planning.RunOptions) ask on
-    the target's GPU or the device they pin; a no-op context for CPU-only entries."""
+    """What a process of a run or a scan's unit starts under: in a scan, its unit's turn at running one
+    (kvdiag.proc.turns: at most -j at once per device, whatever else its workers are doing); for GPU work,
+    then a slot of the GPU's pool, as the run's options (engine.verdict.planning.RunOptions) ask on the
+    target's GPU or the device they pin."""
     if not entry.requires.gpu:
-        return contextlib.nullcontext()
+        return process_turn()
     device = options.device or target.first_device
     known = device.total_memory_bytes if device else None
     key = target.device_key() if options.device is None else device_key(options.device)
     pool = SlotPool(key, scan_slots(known) if options.scan_case else gpu_slots(known or 16 << 30))
-    return pool.acquire(options.slots, timeout=None)
+    return _in_turn(process_turn(), pool.acquire(options.slots, timeout=None))
+
+
+@contextlib.contextmanager
+def _in_turn(turn: ContextManager, lease: ContextManager) -> Iterator[None]:
+    with turn, lease:
+        yield
 
 
 def describe(device: Any) -> dict[str, Any]:

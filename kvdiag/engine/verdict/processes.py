@@ -114,6 +114,7 @@ class Ran:
     sanitizer_logs: list[Path] = field(default_factory=list)
     interrupted: bool = False            # Ctrl-C: the last result is partial
     not_started: str | None = None       # the program could not be started: nothing ran
+    waited_s: float = 0.0                # for its lease (a scan's turn, a GPU slot) before the first command
 
 
 def run_commands(planned, sanitizer: Path | None, log_dir: Path, name: str, budget: float, *,
@@ -123,8 +124,11 @@ def run_commands(planned, sanitizer: Path | None, log_dir: Path, name: str, budg
     step, ran = planned.step, Ran()
     invocation = sanitizer_invocation(step, planned.env)
     progress.start(label, budget_s=budget)
+    asked = time.monotonic()
     try:
         with lease:
+            ran.waited_s = time.monotonic() - asked
+            started += ran.waited_s         # the budget counts from when its processes could start
             for j, command in enumerate(planned.commands):
                 own = name + (f"-{j + 1}" if len(planned.commands) > 1 else "")
                 argv = tuple(command)
@@ -164,8 +168,10 @@ def run_server(planned, sanitizer: Path | None, log_dir: Path, name: str, budget
         ran.sanitizer_logs.append(log)
         argv = invocation.argv(sanitizer, log, argv)
     progress.start(label, budget_s=budget)
+    asked = time.monotonic()
     try:
         with lease:
+            ran.waited_s = time.monotonic() - asked
             result, _server = run_server_attempt(
                 step, argv, planned.env or None, log_dir, name, timeout=budget, requests=requests,
                 on_output=progress.line, cancel=cancel, wrapped=invocation is not None)

@@ -7,6 +7,9 @@ recorded scan (tests/fixtures/device/h200-session5/scan-D2-hsk-upstream-749f688f
     {"<params>": {"launches": ["<kernel as the launch probe prints it>", ...],
                   "findings": ["<instantiation as compute-sanitizer prints it>", ...]}, ...}
 
+A case may also say how long it takes, ``"bare_s"`` and ``"sanitized_s"`` (default 0): the case sleeps
+that long before printing, standing for its kernels' time on the GPU (benchmarks/bench_judging_turns.py).
+
 `support` lists every case SUPPORTED. `test` and `launch` run the cases `-p` selects: with
 KVDIAG_PRINT_LAUNCHES set a case first prints its `kvdiag-launch:` lines; under the fake
 compute-sanitizer a case with findings hands the tool one barrier-divergence record per
@@ -18,6 +21,7 @@ to `<build>/sanitized.log`.
 import json
 import os
 import sys
+import time
 
 import fakeops
 
@@ -63,6 +67,7 @@ def run_mode(cases: dict) -> None:
         if fakeops.under_sanitizer():
             with open(fakeops.BUILD / "sanitized.log", "a") as fh:
                 fh.write(params + "\n")
+        time.sleep(case.get("sanitized_s" if fakeops.under_sanitizer() else "bare_s", 0))
         if os.environ.get("KVDIAG_PRINT_LAUNCHES"):
             for launch in case["launches"]:
                 fakeops.out("kvdiag-launch: " + launch)
