@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-SHIM = Path(__file__).resolve().parents[2] / "benchmarks" / "shims" / "cuda_blocking_sync.c"
+from bench_shims import compiled_shim
+
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs cc")
 
@@ -33,9 +34,7 @@ int cuDevicePrimaryCtxSetFlags_v2(int d, unsigned flags) { say("setflags", d, fl
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("shim")
-    shim = root / "cuda_blocking_sync.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(shim), str(SHIM), "-ldl"],
-                   check=True, timeout=120)
+    shim = compiled_shim("cuda_blocking_sync", root)
     (root / "driver.c").write_text(STAGED_DRIVER)
     drivers = root / "driver"
     drivers.mkdir()

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from bench_shims import compiled_shim
+
 REPO = Path(__file__).resolve().parents[2]
-SHIM = REPO / "benchmarks" / "shims" / "init_threads.c"
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("c++") is None, reason="needs cc and c++")
 
@@ -44,9 +45,7 @@ int main() {
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("init-threads")
-    shim = root / "init_threads.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(shim), str(SHIM), "-ldl"],
-                   check=True, timeout=120)
+    shim = compiled_shim("init_threads", root)
     (root / "stand_in.cpp").write_text(STAND_IN)
     program = root / "stand-in"
     subprocess.run(["c++", "-O1", "-pthread", "-o", str(program), str(root / "stand_in.cpp")], check=True, timeout=120)
