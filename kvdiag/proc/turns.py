@@ -4,8 +4,8 @@ Why: a scan's worker used to run a batch's process and then judge its output bef
 unit, so its GPU slot stood idle while it judged. On an H100 (device session 32, scan D2 --params hsk) a
 detect batch printed 8 to 10 MB of barrier records; the nine batches of the first wave ended within
 three seconds of each other, their nine judgings shared one interpreter, and six of the second wave's
-batches started 7 to 10 s after a slot had come free. The route phase's end and the detect phase's first
-batch stood 7 s apart the same way.
+batches started 7 to 10 s after a slot had come free (the 7 s between the route phase's last process and
+the detect phase's first batch had another cause: engine.evidence.launch_proof.compiled_kernels).
 
 How: engine.scan.dispatch keeps more units in flight than it has workers and gives each unit's thread
 its device's ``Turns`` (``running``, a context variable); ``engine.verdict.devices.gpu_lease``, which every
