@@ -84,6 +84,10 @@ class ScanResult:
     space_source: str | None = None        # where the case space came from (--params, the radius, [scan])
     phases: dict[str, Any] | None = None   # routed or not, and each phase's cases, processes, wall (engine.scan.phases)
 
+    def not_started(self, unit: Any) -> None:
+        """A unit handed out whose process never started (cancelled before its turn: kvdiag.proc.turns)."""
+        self.processes -= 1
+
     def by_verdict(self, verdict: Verdict) -> list[tuple[str, Attempt]]:
         return [(p, a) for p, a in self.results.items() if a.verdict is verdict]
 
@@ -327,11 +331,8 @@ def scan(entry: Entry, target: Target, run_dir: RunDir, *, space: CaseSpace, wor
             result.results.setdefault(params, attempt)
 
     units = units_of(numbered, size, alone, in_order) if feed is None else []
-    def not_started(unit) -> None:          # cancelled while it waited for its turn: no process
-        result.processes -= 1
-
     result.interrupted = dispatch(units, start, finish, workers=workers, devices=devices, cancel=cancel,
-                                  salvage=salvage, feed=feed, not_started=not_started)
+                                  salvage=salvage, feed=feed, not_started=result.not_started)
     result.wall_s = time.monotonic() - started
     return result
 
