@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import time
 from contextvars import ContextVar
 from typing import Callable, ContextManager, Iterator, TypeVar
 
 R = TypeVar("R")
 POLL_S = 0.1        # how often a unit waiting for its turn looks at the cancel event
+PATIENCE_S = 2.0    # how long a unit with a free turn waits for the units ahead of it to ask for theirs
 
 
 class TurnCancelled(BaseException):
@@ -51,8 +53,9 @@ class Turns:
     started in the order the units took their places in the line (``enter``).
 
     A unit that asks for its turn waits while ``n`` processes run or while a unit ahead of it in the line
-    has not had its own; a unit that leaves (``leave``: its job ended) gives its place up, whether or not
-    it used it. A turn is per thread and nests: a unit already holding one (a case's control inside its
+    has not had its own, but no longer than PATIENCE_S while a turn is free: a unit ahead that is slow to
+    ask (or waits for something a later unit holds) delays the others a little and never stops them. A
+    unit that leaves (``leave``: its job ended) gives its place up, whether or not it used it. A turn is per thread and nests: a unit already holding one (a case's control inside its
     lease) does not wait for a second; a unit asking again after its turn ended queues at the back. Once
     ``cancel`` is set no turn is given: a unit waiting for one, or asking for one then, raises TurnCancelled
     instead of starting a process after the stop."""
@@ -95,17 +98,20 @@ class Turns:
             if ticket is None or ticket not in self._line:
                 ticket = next(self._tickets)
                 self._line.append(ticket)
-            while self._running >= self.n or self._line[0] != ticket:
+            asked = time.monotonic()
+            while self._running >= self.n or (self._line[0] != ticket and time.monotonic() - asked < PATIENCE_S):
                 if self._cancel.is_set():
                     self._line.remove(ticket)
                     self._changed.notify_all()
                     raise TurnCancelled()
+                if self._running >= self.n:
+                    asked = time.monotonic()        # patience counts while a turn is free
                 self._changed.wait(POLL_S)
             if self._cancel.is_set():
                 self._line.remove(ticket)
                 self._changed.notify_all()
                 raise TurnCancelled()
-            self._line.pop(0)
+            self._line.remove(ticket)
             self._running += 1
         self._depth.n = 1
         try:

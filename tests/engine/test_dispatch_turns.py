@@ -215,3 +215,22 @@ def test_gpu_lease_takes_the_units_turn_for_a_cpu_only_entry_too():
 
     with_turns(job, turns)()
     assert seen[0] is False and seen[1] is True
+
+
+def test_a_unit_ahead_that_never_asks_delays_the_others_but_does_not_stop_them():
+    """The first unit handed out waits for something before asking for its turn (here: for the second unit's
+    process to have run); the second takes the free turn after PATIENCE_S instead of waiting for ever."""
+    from kvdiag.proc import turns as turns_module
+
+    second_ran = threading.Event()
+
+    def job(unit, device):
+        if unit == "first":
+            ok = second_ran.wait(turns_module.PATIENCE_S + 5)
+            with process_turn():
+                return ("first", ok)
+        with process_turn():
+            second_ran.set()
+        return ("second", True)
+
+    assert sorted(run_dispatch(["first", "second"], job, workers=1)) == [("first", True), ("second", True)]
