@@ -99,19 +99,15 @@ class Turns:
                 ticket = next(self._tickets)
                 self._line.append(ticket)
             asked = time.monotonic()
-            while self._running >= self.n or (self._line[0] != ticket and time.monotonic() - asked < PATIENCE_S):
-                if self._cancel.is_set():
-                    self._line.remove(ticket)
-                    self._changed.notify_all()
-                    raise TurnCancelled()
+            while not self._cancel.is_set() and (
+                    self._running >= self.n or (self._line[0] != ticket and time.monotonic() - asked < PATIENCE_S)):
                 if self._running >= self.n:
                     asked = time.monotonic()        # patience counts while a turn is free
                 self._changed.wait(POLL_S)
-            if self._cancel.is_set():
-                self._line.remove(ticket)
-                self._changed.notify_all()
-                raise TurnCancelled()
             self._line.remove(ticket)
+            self._changed.notify_all()              # the next in line may take a free turn now
+            if self._cancel.is_set():
+                raise TurnCancelled()
             self._running += 1
         self._depth.n = 1
         try:
